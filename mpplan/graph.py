@@ -1,0 +1,340 @@
+"""The IR: ``Tensor``, ``Op`` and ``Graph``, and the memory semantics every pass shares.
+
+A graph is an immutable list of ops in a valid execution order (the *as-given*
+order) over named tensors.  Names are for I/O and errors; passes work on the dense
+integer ids of ``Graph.topology``, derived once and cached.
+
+Memory semantics (DESIGN.md):
+
+* A tensor's **storage** is the root of its ``alias_of`` chain; a view allocates
+  nothing.  An op that lists a tensor as both input and output updates it in place:
+  same storage, a new *version*.
+* A storage is live, inclusively, from the first op that touches it (its producer)
+  through the last op that reads or writes any of its aliases; graph outputs live to
+  the end.
+* ``input``, ``param`` and ``optimizer_state`` tensors, and ``grad`` tensors that
+  are the gradient of a parameter (``grad_of``), are **static**: resident for the
+  whole step and never shared.  Everything else is **dynamic**.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections import deque
+from dataclasses import dataclass
+from functools import cached_property
+
+from mpplan.errors import GraphError
+
+
+class Kind(str, enum.Enum):
+    """What a tensor is for; kinds replace Caffe2's name-suffix conventions."""
+
+    INPUT = "input"
+    PARAM = "param"
+    ACTIVATION = "activation"
+    GRAD = "grad"
+    OPTIMIZER_STATE = "optimizer_state"
+    OUTPUT = "output"
+    WORKSPACE = "workspace"
+
+
+#: Kinds that exist before the step starts, so they need no producing op.
+SOURCE_KINDS = frozenset({Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE})
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A named value: ``nbytes`` of storage unless it is a view (``alias_of``)."""
+
+    name: str
+    nbytes: int
+    kind: Kind = Kind.ACTIVATION
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    alias_of: str | None = None
+    grad_of: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation.  A tensor in both ``inputs`` and ``outputs`` is updated in place.
+
+    ``backward_of`` names the forward op this op differentiates; ``module`` is the
+    dotted module path the op came from; ``stage`` is a remat stage mark;
+    ``recompute_of`` names the forward op a recompute op repeats.
+    """
+
+    name: str
+    type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cost: float = 0.0
+    device: str | None = None
+    backward_of: str | None = None
+    module: str | None = None
+    stage: str | None = None
+    recompute_of: str | None = None
+
+    @property
+    def in_place(self) -> tuple[str, ...]:
+        """Outputs that are also inputs: written in place."""
+        return tuple(t for t in self.outputs if t in self.inputs)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Dense-id view of a valid graph; every sequence is indexed by tensor or op id.
+
+    ``op_storages[k]`` are the storages op ``k`` reads or writes: exactly what must
+    be resident while it runs.  ``preds``/``succs`` are the op DAG, including the
+    ordering that in-place writes impose (a write waits for the readers of the
+    previous version; later readers wait for the write).
+    """
+
+    tensor_index: dict[str, int]
+    op_index: dict[str, int]
+    storage_of: tuple[int, ...]
+    nbytes: tuple[int, ...]
+    is_static: tuple[bool, ...]
+    producer: tuple[int, ...]
+    consumers: tuple[tuple[int, ...], ...]
+    op_inputs: tuple[tuple[int, ...], ...]
+    op_outputs: tuple[tuple[int, ...], ...]
+    op_storages: tuple[tuple[int, ...], ...]
+    preds: tuple[tuple[int, ...], ...]
+    succs: tuple[tuple[int, ...], ...]
+    output_storages: frozenset[int]
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.preds)
+
+    @property
+    def storages(self) -> tuple[int, ...]:
+        """Ids of the tensors that own storage (roots of alias chains), ascending."""
+        return tuple(t for t, s in enumerate(self.storage_of) if s == t)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """An immutable graph.  ``topology`` validates on first use and is cached."""
+
+    name: str
+    tensors: tuple[Tensor, ...]
+    ops: tuple[Op, ...]
+    outputs: tuple[str, ...] = ()
+
+    def validate(self) -> Graph:
+        """Return ``self`` if the graph is well formed, else raise ``GraphError``."""
+        _ = self.topology
+        return self
+
+    @cached_property
+    def topology(self) -> Topology:
+        return _build_topology(self)
+
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[self.topology.tensor_index[name]]
+
+    def op(self, name: str) -> Op:
+        return self.ops[self.topology.op_index[name]]
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The declared outputs plus every tensor of kind ``output``, in tensor order."""
+        declared = set(self.outputs)
+        return tuple(t.name for t in self.tensors if t.name in declared or t.kind is Kind.OUTPUT)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """A stable hex digest of everything but the graph's name."""
+        tensors = [[t.name, t.nbytes, t.kind.value, t.shape, t.dtype, t.alias_of, t.grad_of] for t in self.tensors]
+        ops = [
+            [o.name, o.type, o.inputs, o.outputs, o.cost, o.device, o.backward_of, o.module, o.stage, o.recompute_of]
+            for o in self.ops
+        ]
+        payload = json.dumps([tensors, ops, sorted(self.outputs)], separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _build_topology(graph: Graph) -> Topology:
+    tensor_index = _unique_index((t.name for t in graph.tensors), "tensor")
+    op_index = _unique_index((o.name for o in graph.ops), "op")
+    storage_of = _storage_roots(graph.tensors, tensor_index)
+    nbytes = tuple(t.nbytes for t in graph.tensors)
+    for t in graph.tensors:
+        if t.nbytes < 0:
+            raise GraphError(f"tensor {t.name!r}: negative size {t.nbytes} bytes")
+        if t.grad_of is not None and t.grad_of not in tensor_index:
+            raise GraphError(f"tensor {t.name!r}: grad_of names unknown tensor {t.grad_of!r}")
+    is_static = tuple(_is_static(graph.tensors[storage_of[i]], graph, tensor_index) for i in range(len(graph.tensors)))
+
+    def ids(op: Op, names: tuple[str, ...], role: str) -> tuple[int, ...]:
+        out: list[int] = []
+        for name in names:
+            if name not in tensor_index:
+                raise GraphError(f"op {op.name!r}: {role} names unknown tensor {name!r}")
+            if tensor_index[name] not in out:
+                out.append(tensor_index[name])
+        return tuple(out)
+
+    op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
+    op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
+    producer = _producers(graph, op_inputs, op_outputs, len(graph.tensors))
+    for i, t in enumerate(graph.tensors):
+        if producer[i] < 0 and t.alias_of is None and t.kind not in SOURCE_KINDS:
+            raise GraphError(
+                f"tensor {t.name!r}: produced by no op and not declared input, param or optimizer_state"
+            )
+    consumers: list[list[int]] = [[] for _ in graph.tensors]
+    for k, ins in enumerate(op_inputs):
+        for t in ins:
+            consumers[t].append(k)
+    preds = _dependencies(op_inputs, op_outputs, producer, storage_of)
+    _check_order(graph, preds)
+    succs: list[list[int]] = [[] for _ in graph.ops]
+    for k, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(k)
+    op_storages = tuple(
+        tuple(dict.fromkeys(storage_of[t] for t in (*ins, *outs))) for ins, outs in zip(op_inputs, op_outputs)
+    )
+    outputs = set()
+    for name in graph.output_names:
+        outputs.add(storage_of[tensor_index[name]])
+    for name in graph.outputs:
+        if name not in tensor_index:
+            raise GraphError(f"graph output {name!r} is not a known tensor")
+    return Topology(
+        tensor_index=tensor_index,
+        op_index=op_index,
+        storage_of=storage_of,
+        nbytes=nbytes,
+        is_static=is_static,
+        producer=producer,
+        consumers=tuple(tuple(c) for c in consumers),
+        op_inputs=op_inputs,
+        op_outputs=op_outputs,
+        op_storages=op_storages,
+        preds=preds,
+        succs=tuple(tuple(s) for s in succs),
+        output_storages=frozenset(outputs),
+    )
+
+
+def _unique_index(names, what: str) -> dict[str, int]:
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"{what} #{i}: name must be a non-empty string, got {name!r}")
+        if name in index:
+            raise GraphError(f"{what} {name!r}: defined twice")
+        index[name] = i
+    return index
+
+
+def _storage_roots(tensors: tuple[Tensor, ...], index: dict[str, int]) -> tuple[int, ...]:
+    """Root of each alias chain; rejects unknown bases and alias cycles."""
+    roots = [-1] * len(tensors)
+    for start, tensor in enumerate(tensors):
+        chain: list[int] = []
+        i = start
+        while roots[i] < 0:
+            if i in chain:
+                names = " -> ".join(tensors[j].name for j in chain[chain.index(i):] + [i])
+                raise GraphError(f"tensor {tensors[i].name!r}: alias cycle {names}")
+            chain.append(i)
+            base = tensors[i].alias_of
+            if base is None:
+                roots[i] = i
+                break
+            if base not in index:
+                raise GraphError(f"tensor {tensors[i].name!r}: alias_of names unknown tensor {base!r}")
+            i = index[base]
+        for j in chain:
+            roots[j] = roots[i]
+    return tuple(roots)
+
+
+def _is_static(root: Tensor, graph: Graph, index: dict[str, int]) -> bool:
+    if root.kind in SOURCE_KINDS:
+        return True
+    return root.kind is Kind.GRAD and root.grad_of is not None and graph.tensors[index[root.grad_of]].kind is Kind.PARAM
+
+
+def _producers(graph: Graph, op_inputs, op_outputs, num_tensors: int) -> tuple[int, ...]:
+    """The op that first writes each tensor (-1: none); a second non-in-place write is an error."""
+    producer = [-1] * num_tensors
+    for k, (ins, outs) in enumerate(zip(op_inputs, op_outputs)):
+        for t in outs:
+            if t in ins:
+                continue
+            if producer[t] >= 0:
+                raise GraphError(
+                    f"tensor {graph.tensors[t].name!r}: produced twice, by ops "
+                    f"{graph.ops[producer[t]].name!r} and {graph.ops[k].name!r}"
+                )
+            producer[t] = k
+    return tuple(producer)
+
+
+def _dependencies(op_inputs, op_outputs, producer, storage_of) -> tuple[tuple[int, ...], ...]:
+    """Op predecessors: read-after-write by name, plus the in-place version order.
+
+    Versions follow the as-given order: an in-place write waits for every reader
+    of the storage's previous version, and later readers wait for the write.
+    """
+    last_writer: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    preds: list[tuple[int, ...]] = []
+    for k, (ins, outs) in enumerate(zip(op_inputs, op_outputs)):
+        ps: dict[int, None] = {}
+        for t in ins:
+            s = storage_of[t]
+            for p in (producer[t], last_writer.get(s, -1)):
+                if p >= 0 and p != k:
+                    ps[p] = None
+            readers.setdefault(s, []).append(k)
+        for t in outs:
+            s = storage_of[t]
+            if t in ins:
+                for r in readers.get(s, ()):
+                    if r != k:
+                        ps[r] = None
+                readers[s] = []
+                last_writer[s] = k
+            elif t == s:
+                last_writer[s] = k
+        preds.append(tuple(ps))
+    return tuple(preds)
+
+
+def _check_order(graph: Graph, preds: tuple[tuple[int, ...], ...]) -> None:
+    """Reject cycles (naming an op on one), then an op listed before what it needs."""
+    indegree = [len(p) for p in preds]
+    succs: list[list[int]] = [[] for _ in preds]
+    for k, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(k)
+    ready = deque(k for k, d in enumerate(indegree) if d == 0)
+    seen = 0
+    while ready:
+        k = ready.popleft()
+        seen += 1
+        for s in succs[k]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.append(s)
+    if seen < len(preds):
+        stuck = next(k for k, d in enumerate(indegree) if d > 0)
+        raise GraphError(f"op {graph.ops[stuck].name!r}: lies on a dependency cycle")
+    for k, ps in enumerate(preds):
+        late = [p for p in ps if p > k]
+        if late:
+            raise GraphError(
+                f"op {graph.ops[k].name!r}: listed before op {graph.ops[late[0]].name!r} it depends on; "
+                "list ops in a valid execution order"
+            )
