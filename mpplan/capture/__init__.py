@@ -1,0 +1,98 @@
+"""Graph builders: the one place a config's ``model`` section becomes a ``Graph``.
+
+Torch is imported only for ``model.torch``, so graph files and synthetic graphs
+plan without paying for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from mpplan.config import Config, TorchModel
+from mpplan.errors import ConfigError, GraphFileError, MpplanError
+from mpplan.graph import Graph
+
+
+def graph_from_config(config: Config) -> Graph:
+    """Build the graph the config's ``model`` section names."""
+    model = config.model
+    if model.graph is not None:
+        from mpplan.capture.graph_file import load_graph
+
+        spec = model.graph
+        path = Path(config.source).parent / spec.path
+        try:
+            return load_graph(path, format=spec.format, size_attr=spec.size_attr, cost_attr=spec.cost_attr)
+        except GraphFileError as exc:
+            raise ConfigError(f"{config.source}: model.graph.path: {exc}") from None
+    if model.synthetic is not None:
+        from mpplan.capture.synthetic import synthetic_graph
+
+        kwargs = dict(model.synthetic)
+        kind = kwargs.pop("kind")
+        try:
+            return synthetic_graph(kind, **kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{config.source}: model.synthetic: {exc}") from None
+    assert model.torch is not None
+    from mpplan.capture.torch_capture import capture
+
+    module, inputs = build_torch_model(config, device="meta")
+    spec = model.torch
+    optimizer = None if spec.optimizer == "none" else spec.optimizer
+    return capture(module, inputs, mode=spec.mode, optimizer=optimizer)
+
+
+def build_torch_model(config: Config, device: str = "cpu", seed: int = 0) -> tuple[Any, Any]:
+    """Instantiate ``model.torch.factory`` and its example inputs on ``device``.
+
+    On ``meta`` nothing is allocated, so models larger than host memory capture.
+    """
+    import torch
+
+    spec = config.model.torch
+    assert spec is not None
+    factory = _import_factory(spec, config.source)
+    dtype = getattr(torch, spec.dtype)
+    try:
+        with torch.device(device):
+            module = factory(**spec.kwargs)
+    except MpplanError:
+        raise
+    except Exception as exc:  # user code: report, do not crash
+        raise ConfigError(f"{config.source}: model.torch.factory: {spec.factory} raised {type(exc).__name__}: {exc}") from None
+    module = module.to(dtype=dtype)
+    generator = torch.Generator().manual_seed(seed)
+    if isinstance(spec.inputs, dict):
+        inputs: Any = {k: _make_input(v, config, device, generator, dtype) for k, v in spec.inputs.items()}
+    else:
+        inputs = tuple(_make_input(v, config, device, generator, dtype) for v in spec.inputs)
+    return module, inputs
+
+
+def _import_factory(spec: TorchModel, source: str):
+    module_name, _, attr = spec.factory.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{source}: model.torch.factory: cannot import {module_name!r} ({exc})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"{source}: model.torch.factory: {module_name!r} has no callable {attr!r}")
+    return factory
+
+
+def _make_input(spec: dict[str, Any], config: Config, device: str, generator, float_dtype):
+    import torch
+
+    shape = [config.workload[d] if isinstance(d, str) else d for d in spec["shape"]]
+    dtype = getattr(torch, spec["dtype"]) if "dtype" in spec else float_dtype
+    if device == "meta":
+        return torch.empty(shape, dtype=dtype, device="meta")
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).to(device=device, dtype=dtype)
+    return torch.randint(0, int(spec.get("high", 2)), shape, generator=generator).to(device=device, dtype=dtype)

@@ -1,0 +1,154 @@
+"""The ``mpplan`` command: a thin shell over the library's verbs.
+
+Every ``MpplanError`` becomes one line on stderr (``mpplan: error: ...``) and its
+exit code: 2 for bad input, 1 for a failed verification, 3 for a plan that does
+not fit.  Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from mpplan import sim
+from mpplan.errors import ConfigError, MpplanError
+from mpplan.graph import Graph
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except MpplanError as exc:
+        print(f"mpplan: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("mpplan: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mpplan", description=__doc__.splitlines()[0])
+    from mpplan import __version__
+
+    parser.add_argument("--version", action="version", version=f"mpplan {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    inspect = verbs.add_parser("inspect", help="sizes and bounds of a model's graph")
+    inspect.add_argument("source", help="a run config (YAML) or a graph file")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_set(inspect)
+    inspect.set_defaults(func=cmd_inspect)
+
+    plan = verbs.add_parser("plan", help="plan memory and write plan.json")
+    plan.add_argument("config", help="a run config (YAML)")
+    plan.add_argument("--out", help="output folder (default: the config's output.dir)")
+    _add_set(plan)
+    plan.set_defaults(func=cmd_plan)
+
+    verify = verbs.add_parser("verify", help="check a plan.json against its graph")
+    verify.add_argument("plan", help="plan.json")
+    where = verify.add_mutually_exclusive_group(required=True)
+    where.add_argument("--graph", help="the graph file the plan was made for")
+    where.add_argument("--config", help="the run config the plan was made from")
+    _add_set(verify)
+    verify.set_defaults(func=cmd_verify)
+    return parser
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"
+    )
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from mpplan.report import summary_text
+    from mpplan.summary import summarize
+
+    summary = summarize(_graph_from(args.source, args.set))
+    print(json.dumps(summary.to_dict(), indent=1) if args.json else summary_text(summary))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from mpplan.capture import graph_from_config
+    from mpplan.config import load_config, resolve_devices
+    from mpplan.plan import save_plan
+    from mpplan.planner import PlannerSettings, plan
+    from mpplan.report import plan_text
+    from mpplan.verify import verify
+
+    config = load_config(args.config, args.set)
+    devices = resolve_devices(config)
+    if not devices:
+        raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
+    graph = graph_from_config(config)
+    settings = PlannerSettings(**vars(config.planner))
+    result = plan(graph, devices, settings)
+    verify(graph, result, check_capacity=False)  # a misfit is still a correct plan: exit 3 below
+    out = _out_dir(args.out, config.output.dir)
+    path = save_plan(result, out / "plan.json")
+    static = sim.static_bytes(graph)
+    baselines = {
+        "as-given order, no sharing": static + sim.no_sharing_bytes(graph),
+        "as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
+        "this plan": result.max_peak_bytes,
+    }
+    print(plan_text(result, baselines))
+    print(f"\nplan written to {path} (verified)")
+    misfits = result.misfits
+    if misfits:
+        name, missing = max(misfits, key=lambda m: m[1])
+        print(f"mpplan: error: device {name} needs {missing} bytes more than its capacity", file=sys.stderr)
+        return 3
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from mpplan.plan import load_plan
+    from mpplan.verify import verify
+
+    plan = load_plan(args.plan)
+    graph = _graph_from(args.config or args.graph, args.set)
+    report = verify(graph, plan)
+    print(f"{args.plan}: ok ({report.ops} ops, {report.buffers} buffers, {report.devices} devices)")
+    return 0
+
+
+def _graph_from(source: str, overrides: Sequence[str]) -> Graph:
+    """A config (a mapping with ``model``) builds its model; anything else is a graph file."""
+    from mpplan.capture import graph_from_config
+    from mpplan.capture.graph_file import load_graph
+    from mpplan.config import load_config
+
+    if _is_config(Path(source)):
+        return graph_from_config(load_config(source, overrides))
+    return load_graph(source)
+
+
+def _is_config(path: Path) -> bool:
+    if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
+        return False
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and "model" in data
+
+
+def _out_dir(cli_value: str | None, config_value: str) -> Path:
+    out = Path(cli_value or config_value)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: {out} exists and is not a folder")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The Plan record and ``plan.json`` (schema ``mpplan.plan/1``).
+
+A plan is what users, the verifier, the executor and the search share: the op
+order, the device of every op, the cross-device copies, where every dynamic
+storage lives in its device's arena, and the predicted memory per device.
+Every field but ``planner.seconds`` is a deterministic function of the inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpplan.errors import PlanError
+
+SCHEMA = "mpplan.plan/1"
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlan:
+    """Predicted memory of one device: ``peak = static + arena >= lower_bound = static + LOAD``."""
+
+    name: str
+    capacity_bytes: int
+    static_bytes: int
+    arena_bytes: int
+    peak_bytes: int
+    lower_bound_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """Where one dynamic storage (named by its root tensor) lives."""
+
+    device: str
+    offset: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A cross-device copy op ``name`` that writes ``tensor``'s bytes from ``src`` onto ``dst``."""
+
+    name: str
+    tensor: str
+    src: str
+    dst: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A complete, checkable memory plan for one graph on a set of devices."""
+
+    graph_name: str
+    graph_hash: str
+    devices: tuple[DevicePlan, ...]
+    schedule: tuple[str, ...]
+    placement: dict[str, str]
+    buffers: dict[str, Buffer]
+    copies: tuple[Copy, ...] = ()
+    remat: tuple[dict[str, Any], ...] = ()
+    max_peak_bytes: int = 0
+    cross_device_bytes: int = 0
+    compute_overhead: float = 0.0
+    settings: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def device(self, name: str) -> DevicePlan:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    @property
+    def misfits(self) -> tuple[tuple[str, int], ...]:
+        """(device, missing bytes) for every device whose peak exceeds its capacity."""
+        return tuple((d.name, d.peak_bytes - d.capacity_bytes) for d in self.devices if d.peak_bytes > d.capacity_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "graph": {"name": self.graph_name, "hash": self.graph_hash},
+            "devices": [
+                {
+                    "name": d.name,
+                    "capacity_bytes": d.capacity_bytes,
+                    "static_bytes": d.static_bytes,
+                    "arena_bytes": d.arena_bytes,
+                    "peak_bytes": d.peak_bytes,
+                    "lower_bound_bytes": d.lower_bound_bytes,
+                }
+                for d in self.devices
+            ],
+            "schedule": list(self.schedule),
+            "placement": dict(self.placement),
+            "copies": [
+                {"name": c.name, "tensor": c.tensor, "src": c.src, "dst": c.dst, "bytes": c.bytes} for c in self.copies
+            ],
+            "buffers": {t: {"device": b.device, "offset": b.offset, "bytes": b.bytes} for t, b in self.buffers.items()},
+            "remat": [dict(r) for r in self.remat],
+            "predicted": {
+                "max_peak_bytes": self.max_peak_bytes,
+                "cross_device_bytes": self.cross_device_bytes,
+                "compute_overhead": self.compute_overhead,
+            },
+            "planner": {"settings": dict(self.settings), "seconds": dict(self.seconds)},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<plan>") -> Plan:
+        """Parse a ``plan.json`` mapping; ``PlanError`` names the file and field on bad input."""
+        reader = _Reader(source)
+        reader.mapping(data, "(top level)")
+        if data.get("schema") != SCHEMA:
+            raise PlanError(f"{source}: schema: expected {SCHEMA!r}, got {data.get('schema')!r}")
+        graph = reader.mapping(data.get("graph"), "graph")
+        predicted = reader.mapping(data.get("predicted", {}), "predicted")
+        planner = reader.mapping(data.get("planner", {}), "planner")
+        devices = tuple(
+            DevicePlan(
+                name=reader.string(d.get("name"), f"devices[{i}].name"),
+                **{
+                    key: reader.integer(d.get(key), f"devices[{i}].{key}")
+                    for key in ("capacity_bytes", "static_bytes", "arena_bytes", "peak_bytes", "lower_bound_bytes")
+                },
+            )
+            for i, d in enumerate(reader.items(data.get("devices"), "devices"))
+        )
+        buffers = {
+            str(name): Buffer(
+                device=reader.string(b.get("device"), f"buffers.{name}.device"),
+                offset=reader.integer(b.get("offset"), f"buffers.{name}.offset"),
+                bytes=reader.integer(b.get("bytes"), f"buffers.{name}.bytes"),
+            )
+            for name, b in reader.mapping(data.get("buffers"), "buffers").items()
+        }
+        copies = tuple(
+            Copy(
+                name=reader.string(c.get("name"), f"copies[{i}].name"),
+                tensor=reader.string(c.get("tensor"), f"copies[{i}].tensor"),
+                src=reader.string(c.get("src"), f"copies[{i}].src"),
+                dst=reader.string(c.get("dst"), f"copies[{i}].dst"),
+                bytes=reader.integer(c.get("bytes"), f"copies[{i}].bytes"),
+            )
+            for i, c in enumerate(reader.items(data.get("copies", []), "copies"))
+        )
+        schedule = data.get("schedule")
+        if not isinstance(schedule, list) or not all(isinstance(s, str) for s in schedule):
+            raise PlanError(f"{source}: schedule: expected a list of op names")
+        placement = reader.mapping(data.get("placement", {}), "placement")
+        return cls(
+            graph_name=reader.string(graph.get("name"), "graph.name"),
+            graph_hash=reader.string(graph.get("hash"), "graph.hash"),
+            devices=devices,
+            schedule=tuple(schedule),
+            placement={str(k): str(v) for k, v in placement.items()},
+            buffers=buffers,
+            copies=copies,
+            remat=tuple(dict(r) for r in reader.items(data.get("remat", []), "remat")),
+            max_peak_bytes=reader.integer(predicted.get("max_peak_bytes", 0), "predicted.max_peak_bytes"),
+            cross_device_bytes=reader.integer(predicted.get("cross_device_bytes", 0), "predicted.cross_device_bytes"),
+            compute_overhead=float(predicted.get("compute_overhead", 0.0)),
+            settings=dict(planner.get("settings", {})),
+            seconds=dict(planner.get("seconds", {})),
+        )
+
+
+def save_plan(plan: Plan, path: str | Path) -> Path:
+    """Write ``plan.json`` atomically (a temp file renamed into place)."""
+    return write_json_atomic(plan.to_dict(), path)
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    if not path.is_file():
+        raise PlanError(f"{path}: file not found")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    return Plan.from_dict(data, str(path))
+
+
+def write_json_atomic(data: Any, path: str | Path) -> Path:
+    """Write ``data`` as indented JSON to ``path`` via a temp file in the same folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    """Type checks for plan fields with errors naming the file and the field."""
+
+    source: str
+
+    def mapping(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise PlanError(f"{self.source}: {where}: expected a mapping")
+        return value
+
+    def items(self, value: Any, where: str) -> list[dict[str, Any]]:
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise PlanError(f"{self.source}: {where}: expected a list of mappings")
+        return value
+
+    def integer(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlanError(f"{self.source}: {where}: expected an integer, got {value!r}")
+        return value
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise PlanError(f"{self.source}: {where}: expected a string, got {value!r}")
+        return value
