@@ -170,16 +170,14 @@ def _build_topology(graph: Graph) -> Topology:
             raise GraphError(f"tensor {t.name!r}: negative size {t.nbytes} bytes")
         if t.grad_of is not None and t.grad_of not in tensor_index:
             raise GraphError(f"tensor {t.name!r}: grad_of names unknown tensor {t.grad_of!r}")
-    is_static = tuple(_is_static(graph.tensors[storage_of[i]], graph, tensor_index) for i in range(len(graph.tensors)))
+    root_static = {s: _is_static(graph.tensors[s], graph, tensor_index) for s in set(storage_of)}
+    is_static = tuple(root_static[s] for s in storage_of)
 
     def ids(op: Op, names: tuple[str, ...], role: str) -> tuple[int, ...]:
-        out: list[int] = []
-        for name in names:
-            if name not in tensor_index:
-                raise GraphError(f"op {op.name!r}: {role} names unknown tensor {name!r}")
-            if tensor_index[name] not in out:
-                out.append(tensor_index[name])
-        return tuple(out)
+        try:
+            return tuple(dict.fromkeys(tensor_index[name] for name in names))
+        except KeyError as missing:
+            raise GraphError(f"op {op.name!r}: {role} names unknown tensor {missing.args[0]!r}") from None
 
     op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
     op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)

@@ -1,0 +1,342 @@
+"""schedule: every method gives a valid order; exact is optimal; auto is never worse than a heuristic.
+
+Oracles: ``brute_force_load`` tries every topological order of graphs of up to 8
+ops; ``mpplan.sim.order_load`` scores every order, so the schedulers' own scoring
+(``_Memory``, the local search's incremental profile) is checked against it too.
+"""
+
+from __future__ import annotations
+
+import doctest
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import graphs, layered_graph
+
+from mpplan.errors import ConfigError
+from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.passes import schedule as schedule_module
+from mpplan.passes.liveness import check_order, live_ranges
+from mpplan.passes.schedule import SCHEDULERS, SearchLimitError, schedule
+from mpplan.passes.schedule_exact import exact_search
+from mpplan.sim import live_profile, order_load
+
+HEURISTICS = ("as_given", "longest_path", "greedy_free", "least_peak", "dfs", "bfs")
+
+
+def brute_force_load(graph: Graph) -> int:
+    """The least LOAD over every topological order, enumerated one by one.
+
+    Written apart from the schedulers: a storage is allocated when its first toucher
+    runs and freed after its last one unless it is a graph output.  Branches that
+    cannot beat the best order found so far are cut, which changes no result.
+    """
+    topo = graph.topology
+    n = topo.num_ops
+    storages = [[s for s in ids if not topo.is_static[s]] for ids in topo.op_storages]
+    touches = Counter(s for ids in storages for s in ids)
+    seen: Counter = Counter()
+    best = [sum(topo.nbytes[s] for s in touches) + 1]
+
+    def visit(done: set[int], live: int, peak: int) -> None:
+        if peak >= best[0]:
+            return
+        if len(done) == n:
+            best[0] = peak
+            return
+        for k in range(n):
+            if k in done or not done.issuperset(topo.preds[k]):
+                continue
+            step = live + sum(topo.nbytes[s] for s in storages[k] if not seen[s])
+            seen.update(storages[k])
+            freed = sum(topo.nbytes[s] for s in storages[k] if seen[s] == touches[s] and s not in topo.output_storages)
+            visit(done | {k}, step - freed, max(peak, step))
+            seen.subtract(storages[k])
+
+    visit(set(), 0, 0)
+    return best[0] if n else 0
+
+
+def random_topological_order(graph: Graph, rng: random.Random) -> tuple[int, ...]:
+    topo = graph.topology
+    indegree = [len(p) for p in topo.preds]
+    ready = [k for k, d in enumerate(indegree) if not d]
+    order = []
+    while ready:
+        k = ready.pop(rng.randrange(len(ready)))
+        order.append(k)
+        for s in topo.succs[k]:
+            indegree[s] -= 1
+            if not indegree[s]:
+                ready.append(s)
+    return tuple(order)
+
+
+def loads(graph: Graph) -> dict[str, int]:
+    result = {}
+    for name, method in SCHEDULERS.items():
+        order = method(graph)
+        check_order(graph, order)
+        result[name] = order_load(graph, order)
+    return result
+
+
+# --- properties on random graphs ------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs(max_ops=8))
+def test_exact_equals_brute_force_and_no_method_beats_it(graph: Graph) -> None:
+    best = brute_force_load(graph)
+    got = loads(graph)
+    assert got["exact"] == best
+    assert all(load >= best for load in got.values()), got
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs(max_ops=12))
+def test_auto_equals_exact_and_beats_every_heuristic(graph: Graph) -> None:
+    got = loads(graph)
+    assert got["auto"] == got["exact"], got
+    assert all(got["auto"] <= got[name] for name in HEURISTICS), got
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs(max_ops=30, min_ops=13))
+def test_auto_never_worse_than_a_heuristic_on_larger_graphs(graph: Graph) -> None:
+    auto = schedule(graph, "auto")
+    check_order(graph, auto)
+    assert all(order_load(graph, auto) <= order_load(graph, schedule(graph, name)) for name in HEURISTICS)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=30), st.randoms(use_true_random=False))
+def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random) -> None:
+    mem = schedule_module._Memory.of(graph)
+    order = random_topological_order(graph, rng)
+    assert mem.profile(order) == live_profile(live_ranges(graph, order).ranges, len(order))
+    assert mem.load(order) == order_load(graph, order)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=30, min_ops=2), st.randoms(use_true_random=False))
+def test_local_search_moves_keep_the_profile_exact(graph: Graph, rng: random.Random) -> None:
+    """Incremental scoring (single-op moves, exact segment reorders, undo) agrees with the simulator."""
+    mem = schedule_module._Memory.of(graph)
+    climber = schedule_module._Climber(mem, random_topological_order(graph, rng))
+    n = len(climber.order)
+    undo = []
+    for _ in range(20):
+        if rng.random() < 0.2:
+            lo = rng.randrange(n)
+            move = climber.reorder(
+                lo, min(n - 1, lo + rng.randrange(1, 8)), schedule_module._Budget(10**9, float("inf"))
+            )
+            if move is None:
+                continue
+        else:
+            k = rng.randrange(n)
+            lo, hi = climber.window(k)
+            j = rng.randint(lo, hi)
+            if j == climber.pos[k]:
+                continue
+            move = climber.evaluate(k, j)
+        undo.append(climber.apply(move))
+        check_order(graph, climber.order)
+        profile = live_profile(live_ranges(graph, climber.order).ranges, n)
+        assert climber.profile == profile
+        assert move.score[:2] == climber.score[:2] == (max(profile), profile.count(max(profile)))
+    for move in reversed(undo):
+        climber.apply(move)
+    assert climber.profile == live_profile(live_ranges(graph, climber.order).ranges, n)
+
+
+@settings(max_examples=30, deadline=None)
+@given(graphs(max_ops=30), st.integers(0, 3))
+def test_auto_is_deterministic_for_a_seed(graph: Graph, seed: int) -> None:
+    assert schedule(graph, seed=seed) == schedule(graph, seed=seed)
+
+
+# --- named cases --------------------------------------------------------------------------------------
+
+
+def _graph(name: str, sizes: dict[str, int], ops: list[tuple[str, tuple[str, ...], tuple[str, ...]]], outputs) -> Graph:
+    tensors = [Tensor("x", 8, Kind.INPUT)] + [Tensor(t, b) for t, b in sizes.items()]
+    return Graph(name, tuple(tensors), tuple(Op(o, "f", i, out) for o, i, out in ops), tuple(outputs)).validate()
+
+
+def names(graph: Graph, order) -> list[str]:
+    return [graph.ops[k].name for k in order]
+
+
+def test_blob_read_by_several_ops_is_freed_only_after_its_last_reader() -> None:
+    # B reads 'a' but C still needs it: running B frees nothing, D frees 'd'.
+    g = _graph(
+        "multi_reader",
+        {"a": 100, "d": 60, "b": 1, "c": 1, "e": 1},
+        [
+            ("A", ("x",), ("a",)),
+            ("M", ("x",), ("d",)),
+            ("B", ("a",), ("b",)),
+            ("D", ("d",), ("e",)),
+            ("C", ("a", "b"), ("c",)),
+        ],
+        ("c", "e"),
+    )
+    order = names(g, schedule(g, "greedy_free"))
+    assert order.index("D") < order.index("B")
+    mem = schedule_module._Memory.of(g)
+    given_order = tuple(range(5))  # A M B D C: 'a' lives through C at step 4
+    assert mem.profile(given_order) == [100, 160, 161, 162, 103]
+    assert mem.profile(given_order) == live_profile(live_ranges(g, given_order).ranges, 5)
+
+
+def test_in_place_chain_keeps_one_buffer() -> None:
+    tensors = (Tensor("x", 8, Kind.INPUT), Tensor("w", 8, Kind.PARAM), Tensor("h", 64), Tensor("hv", 0, alias_of="h"))
+    ops = (
+        Op("fc", "linear", ("x", "w"), ("h",)),
+        Op("relu_", "relu", ("h",), ("h",)),
+        Op("view", "view", ("h",), ("hv",)),
+        Op("mul_", "mul", ("hv", "w"), ("hv",)),
+        Op("add_", "add", ("h", "x"), ("h",)),
+    )
+    g = Graph("in_place", tensors, ops, ("h",)).validate()
+    for name, load in loads(g).items():
+        assert load == 64, name
+    for name in SCHEDULERS:
+        assert schedule(g, name) == (0, 1, 2, 3, 4), name  # the versions force the order
+
+
+def test_in_place_write_waits_for_readers_of_the_old_version() -> None:
+    # 'r' reads h before the in-place update; every method must keep it before 'inc_'.
+    g = _graph(
+        "war",
+        {"h": 50, "r": 5, "y": 5},
+        [("mk", ("x",), ("h",)), ("r", ("h",), ("r",)), ("inc_", ("h",), ("h",)), ("y", ("h", "r"), ("y",))],
+        ("y",),
+    )
+    for name in SCHEDULERS:
+        order = names(g, schedule(g, name))
+        assert order.index("r") < order.index("inc_") < order.index("y"), name
+
+
+def test_parallel_branches_greedy_free_beats_as_given() -> None:
+    # As given, both large branch heads are live together; finishing one branch first halves the peak.
+    g = _graph(
+        "branches",
+        {"a1": 100, "b1": 100, "a2": 1, "b2": 1, "j": 1},
+        [
+            ("A1", ("x",), ("a1",)),
+            ("B1", ("x",), ("b1",)),
+            ("A2", ("a1",), ("a2",)),
+            ("B2", ("b1",), ("b2",)),
+            ("J", ("a2", "b2"), ("j",)),
+        ],
+        ("j",),
+    )
+    got = loads(g)
+    assert got["as_given"] == 201
+    assert got["greedy_free"] == got["exact"] == got["auto"] == 102
+
+
+def ladder(rungs: int) -> Graph:
+    """Memonger's back-and-forth model: blobs pass left and right at every rung."""
+    sizes: dict[str, int] = {"l0": 30, "r0": 10}
+    ops = [("L0", ("x",), ("l0",)), ("R0", ("x",), ("r0",))]
+    for i in range(1, rungs):
+        sizes[f"l{i}"] = 30 if i % 2 else 10
+        sizes[f"r{i}"] = 10 if i % 2 else 30
+        ops.append((f"L{i}", (f"l{i - 1}", f"r{i - 1}"), (f"l{i}",)))
+        ops.append((f"R{i}", (f"r{i - 1}", f"l{i - 1}"), (f"r{i}",)))
+    sizes["out"] = 1
+    ops.append(("out", (f"l{rungs - 1}", f"r{rungs - 1}"), ("out",)))
+    return _graph(f"ladder{rungs}", sizes, ops, ("out",))
+
+
+def test_ladder_model() -> None:
+    g = ladder(5)
+    got = loads(g)
+    assert got["exact"] == brute_force_load(g)
+    assert got["auto"] == got["exact"]
+    assert all(got["exact"] <= load for load in got.values())
+
+
+def test_longest_path_runs_the_source_with_the_longer_path_first() -> None:
+    g = _graph(
+        "two_sources",
+        {"s": 4, "l0": 4, "l1": 4, "l2": 4, "j": 4},
+        [
+            ("short", ("x",), ("s",)),
+            ("long0", ("x",), ("l0",)),
+            ("long1", ("l0",), ("l1",)),
+            ("long2", ("l1",), ("l2",)),
+            ("join", ("s", "l2"), ("j",)),
+        ],
+        ("j",),
+    )
+    assert names(g, schedule(g, "longest_path")) == ["long0", "long1", "long2", "short", "join"]
+
+
+def test_traversals_break_ties_by_id() -> None:
+    g = _graph(
+        "fan",
+        {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1},
+        [
+            ("A", ("x",), ("a",)),
+            ("B", ("x",), ("b",)),
+            ("C", ("a",), ("c",)),
+            ("D", ("b",), ("d",)),
+            ("E", ("c", "d"), ("e",)),
+        ],
+        ("e",),
+    )
+    assert names(g, schedule(g, "bfs")) == ["A", "B", "C", "D", "E"]
+    assert names(g, schedule(g, "dfs")) == ["A", "C", "B", "D", "E"]
+
+
+def test_static_storage_plays_no_part() -> None:
+    tensors = (Tensor("w", 1000, Kind.PARAM), Tensor("a", 5), Tensor("b", 7))
+    ops = (Op("A", "f", ("w",), ("a",)), Op("B", "f", ("w", "a"), ("b",)))
+    g = Graph("static", tensors, ops, ("b",)).validate()
+    assert {load for load in loads(g).values()} == {12}
+
+
+def test_empty_graph() -> None:
+    g = Graph("empty", (Tensor("x", 8, Kind.INPUT),), (), ()).validate()
+    assert all(schedule(g, name) == () for name in SCHEDULERS)
+
+
+# --- errors and fallbacks -----------------------------------------------------------------------------
+
+
+def test_unknown_method_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="expected one of"):
+        schedule(ladder(2), "fastest")
+
+
+def test_exact_past_its_limits_raises_and_auto_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = layered_graph(60, width=6)
+    with pytest.raises(SearchLimitError):
+        exact_search(g, state_limit=5)
+    with pytest.raises(SearchLimitError, match="more than"):
+        schedule(layered_graph(2500), "exact")
+    monkeypatch.setattr(schedule_module, "AUTO_EXACT_SMALL_STATES", 1)
+    small = ladder(4)
+    order = schedule(small, "auto")
+    check_order(small, order)
+    assert order_load(small, order) <= min(order_load(small, schedule(small, h)) for h in HEURISTICS)
+
+
+def test_docstring_example() -> None:
+    assert doctest.testmod(schedule_module, raise_on_error=True).attempted > 0
+
+
+# --- scale ---------------------------------------------------------------------------------------------
+
+
+def test_auto_schedules_a_100k_op_graph() -> None:
+    g = layered_graph(100_000)
+    check_order(g, schedule(g, "auto"))
