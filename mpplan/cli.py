@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--config", help="the run config the plan was made from")
     _add_set(verify)
     verify.set_defaults(func=cmd_verify)
+
+    export = verbs.add_parser("export", help="print a plan's placement as an accelerate device_map or split points")
+    export.add_argument("plan", help="plan.json")
+    export.add_argument("--format", required=True, choices=("accelerate", "split-points"))
+    export.set_defaults(func=cmd_export)
     return parser
 
 
@@ -90,7 +95,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not devices:
         raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
     graph = graph_from_config(config)
-    settings = PlannerSettings(**vars(config.planner))
+    settings = PlannerSettings.from_config(config.planner)
     result = plan(graph, devices, settings)
     verify(graph, result, check_capacity=False)  # a misfit is still a correct plan: exit 3 below
     out = _out_dir(args.out, config.output.dir)
@@ -119,6 +124,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     graph = _graph_from(args.config or args.graph, args.set)
     report = verify(graph, plan)
     print(f"{args.plan}: ok ({report.ops} ops, {report.buffers} buffers, {report.devices} devices)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from mpplan.export import export
+    from mpplan.plan import load_plan
+
+    print(json.dumps(export(load_plan(args.plan), args.format), indent=1))
     return 0
 
 

@@ -27,10 +27,12 @@ Size = typing.NewType("Size", int)
 """An ``int`` of bytes written as ``16GiB``, ``512MB`` or a plain integer."""
 
 
-def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+def _doc(text: str, default: Any = dataclasses.MISSING, key: str | None = None, **kwargs: Any) -> Any:
+    """A schema field: its doc line, default, and the YAML key when it differs from the name."""
+    metadata = {"doc": text, "key": key}
     if default is dataclasses.MISSING and "default_factory" not in kwargs:
-        return field(metadata={"doc": text}, **kwargs)
-    return field(default=default, metadata={"doc": text}, **kwargs)
+        return field(metadata=metadata, **kwargs)
+    return field(default=default, metadata=metadata, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -80,17 +82,33 @@ class DeviceSpec:
 
 
 @dataclass(frozen=True)
+class ShiftSection:
+    """Caffe2-style activation shifting from one device to another."""
+
+    activations: Any = _doc('activation tensor names to move, or "auto"', default="auto")
+    from_device: str | None = _doc("device the activations leave (default: the first)", default=None, key="from")
+    to_device: str | None = _doc("device they move to (default: the second)", default=None, key="to")
+
+
+@dataclass(frozen=True)
 class PlannerSection:
     """How plans are made."""
 
     schedule: Literal["auto", "as_given", "longest_path", "greedy_free", "least_peak", "dfs", "bfs", "exact"] = _doc(
         "op order heuristic", default="auto"
     )
-    assign: Literal["auto", "greedy_by_size", "best_fit", "exact", "shared_greedy", "shared_dp"] = _doc(
-        "offset assignment (or memonger-style shared objects)", default="auto"
+    assign: Literal["auto", "greedy_by_size", "best_fit", "search", "exact", "shared_greedy", "shared_dp"] = _doc(
+        "offset assignment (search = branch and bound, exact is its alias) or memonger-style shared objects",
+        default="auto",
     )
     alignment: int = _doc("every offset and buffer size is a multiple of this many bytes", default=64)
     parallel_safe: bool = _doc("share memory only between tensors ordered by the DAG itself", default=False)
+    placement: Literal["single", "pipeline", "shift", "manual", "auto"] = _doc(
+        "how ops are spread over the devices", default="auto"
+    )
+    device_map: dict[str, str] = _doc("manual placement: module path prefix -> device name", default_factory=dict)
+    no_split: tuple[str, ...] = _doc("module path prefixes a pipeline stage boundary must not cut", default=())
+    shift: ShiftSection = _doc("placement: shift settings", default_factory=ShiftSection)
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,53 @@ class OutputSection:
     """Where results go."""
 
     dir: str = _doc("output folder, relative to the working directory", default="runs/mpplan")
+
+
+@dataclass(frozen=True)
+class SearchMeasureSection:
+    """How each measured candidate runs on its evaluator actor."""
+
+    steps: int = _doc("timed steps per candidate; the step time is their median", default=3)
+    warmup: int = _doc("untimed steps before the timed ones", default=1)
+    arena: bool = _doc("back dynamic tensors by the plan's arena offsets", default=True)
+    eager: bool = _doc(
+        "also run plain PyTorch per candidate: the eager baseline and the numerics check (about doubles the time)",
+        default=False,
+    )
+
+
+@dataclass(frozen=True)
+class SearchSection:
+    """``mpplan search``: a grid of config overrides, planned on the driver, the best measured on Ray actors."""
+
+    space: dict[str, Any] = _doc(
+        "dotted config key -> a list of values, or a range {min, max, step} / {min, max, factor}; "
+        "every combination is one candidate (e.g. planner.schedule, devices.0.count, workload.batch)",
+        default_factory=dict,
+    )
+    objective: Literal["min_peak", "min_time_that_fits", "max_batch"] = _doc(
+        "min_peak: lowest measured peak; min_time_that_fits: fastest step that fits; "
+        "max_batch: largest batch that fits, bisected on measured fit",
+        default="min_peak",
+    )
+    batch_key: str = _doc(
+        "max_batch: the workload key to maximise (or a dotted config key); its space axis is bisected",
+        default="batch",
+    )
+    top_k: int = _doc(
+        "candidates to measure, best predicted first (max_batch: settings combinations to bisect); "
+        "0 ranks by prediction only",
+        default=4,
+    )
+    actors: int | None = _doc("evaluator actors (default: as many as the cluster holds, at most top_k)", default=None)
+    gpus_per_actor: int | None = _doc(
+        "GPUs each actor owns (default: a candidate's device count on a cluster with GPUs, else 0: virtual devices)",
+        default=None,
+    )
+    timeout_s: float = _doc("seconds one evaluation may run before its actor is killed and replaced", default=600.0)
+    retries: int = _doc("re-evaluations of a candidate whose actor died or timed out", default=1)
+    startup_timeout_s: float = _doc("seconds an evaluator actor may take to start", default=300.0)
+    measure: SearchMeasureSection = _doc("how candidates are measured", default_factory=SearchMeasureSection)
 
 
 @dataclass(frozen=True)
@@ -109,6 +174,7 @@ class Config:
     workload: dict[str, int] = _doc("named sizes (batch, seq, ...) that input shapes refer to", default_factory=dict)
     planner: PlannerSection = _doc("planner settings", default_factory=PlannerSection)
     output: OutputSection = _doc("output settings", default_factory=OutputSection)
+    search: SearchSection = _doc("search settings (mpplan search)", default_factory=SearchSection)
     source: str = field(default="<config>", metadata={"internal": True})
 
 
@@ -159,6 +225,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     for key, value in config.workload.items():
         if value <= 0:
             raise ConfigError(f"{source}: workload.{key}: must be positive, got {value}")
+    _check_search(config.search, raw, source)
     return config
 
 
@@ -210,6 +277,124 @@ def schema_fields(cls: type) -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     _walk_schema(cls, "", rows)
     return rows
+
+
+#: Most values one search axis, and candidates one search grid, may have.
+MAX_AXIS_VALUES = 10_000
+MAX_GRID = 100_000
+
+
+def axis_values(spec: Any, source: str = "<config>", where: str = "search.space") -> tuple[Any, ...]:
+    """The values of one ``search.space`` axis: a non-empty list, or an arithmetic or geometric range.
+
+    >>> axis_values({"min": 8, "max": 64, "factor": 2})
+    (8, 16, 32, 64)
+    >>> axis_values({"min": 1, "max": 2, "step": 0.5})
+    (1.0, 1.5, 2.0)
+    """
+    if isinstance(spec, list):
+        if not spec:
+            raise ConfigError(f"{source}: {where}: empty list; give at least one value")
+        return tuple(spec)
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"{source}: {where}: expected a list of values or a range {{min, max, step|factor}}, got {_type_name(spec)}"
+        )
+    keys = set(spec)
+    if not {"min", "max"} <= keys or len(keys & {"step", "factor"}) != 1 or keys - {"min", "max", "step", "factor"}:
+        raise ConfigError(f"{source}: {where}: a range needs min, max and exactly one of step, factor; got {sorted(keys)}")
+    for key in keys:
+        value = spec[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: {where}.{key}: expected a number, got {value!r}")
+    low, high = spec["min"], spec["max"]
+    if low > high:
+        raise ConfigError(f"{source}: {where}: empty range, min {low} is above max {high}")
+    integral = all(isinstance(spec[k], int) for k in keys)
+    if "step" in spec:
+        step = spec["step"]
+        if step <= 0:
+            raise ConfigError(f"{source}: {where}.step: must be positive, got {step}")
+        count = int((high - low) / step + 1e-9) + 1
+        _check_axis_size(count, source, where)
+        values: list[Any] = [low + i * step if integral else round(low + i * step, 12) for i in range(count)]
+    else:
+        factor = spec["factor"]
+        if factor <= 1:
+            raise ConfigError(f"{source}: {where}.factor: must be above 1, got {factor}")
+        if low <= 0:
+            raise ConfigError(f"{source}: {where}.min: a geometric range must start above 0, got {low}")
+        values, value = [], low
+        while value <= high * (1 + 1e-12):
+            values.append(round(value, 12))
+            _check_axis_size(len(values), source, where)
+            value *= factor
+        if isinstance(low, int) and isinstance(high, int):  # integer ends: round, keep distinct sizes
+            values = list(dict.fromkeys(int(round(v)) for v in values))
+    return tuple(values)
+
+
+def _check_axis_size(count: int, source: str, where: str) -> None:
+    if count > MAX_AXIS_VALUES:
+        raise ConfigError(f"{source}: {where}: more than {MAX_AXIS_VALUES} values; use a larger step or factor")
+
+
+def format_override(key: str, value: Any) -> str:
+    """The ``dotted.key=value`` item that ``apply_override`` reads back as ``value`` (YAML flow style).
+
+    >>> format_override("planner.schedule", "yes")
+    "planner.schedule='yes'"
+    """
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True).removesuffix(chr(10) + '...' + chr(10)).strip()}"
+
+
+def batch_axis_key(search: SearchSection) -> str:
+    """The dotted config key ``search.batch_key`` names: a bare name is a workload key."""
+    return search.batch_key if "." in search.batch_key else f"workload.{search.batch_key}"
+
+
+def _check_search(search: SearchSection, raw: dict[str, Any], source: str) -> None:
+    """Check the search settings, and that every value of every axis makes a valid config on its own."""
+    numbers = (
+        ("top_k", search.top_k, 0),
+        ("actors", search.actors, 1),
+        ("gpus_per_actor", search.gpus_per_actor, 0),
+        ("retries", search.retries, 0),
+        ("measure.steps", search.measure.steps, 1),
+        ("measure.warmup", search.measure.warmup, 0),
+    )
+    for key, value, least in numbers:
+        if value is not None and value < least:
+            raise ConfigError(f"{source}: search.{key}: must be at least {least}, got {value}")
+    for key in ("timeout_s", "startup_timeout_s"):
+        if getattr(search, key) <= 0:
+            raise ConfigError(f"{source}: search.{key}: must be positive, got {getattr(search, key)}")
+    base = {k: v for k, v in raw.items() if k != "search"}
+    grid = 1
+    for key, spec in search.space.items():
+        where = f"search.space.{key}"
+        if not key or key.split(".")[0] == "search" or "=" in key:
+            raise ConfigError(f"{source}: {where}: expected a dotted config key outside search, got {key!r}")
+        values = axis_values(spec, source, where)
+        grid *= len(values)
+        for value in values:
+            try:
+                parse_config(apply_override(base, format_override(key, value), source), source)
+            except ConfigError as exc:
+                detail = str(exc).removeprefix(f"{source}: ")
+                raise ConfigError(f"{source}: {where}: value {value!r} does not make a valid config: {detail}") from None
+    if grid > MAX_GRID:
+        raise ConfigError(f"{source}: search.space: {grid} combinations, more than {MAX_GRID}; narrow the axes")
+    if search.objective == "max_batch":
+        key = batch_axis_key(search)
+        if key not in search.space:
+            raise ConfigError(
+                f"{source}: search.space: objective max_batch bisects {key} (search.batch_key); "
+                f"give it an axis such as {key}: {{min: 1, max: 256, factor: 2}}"
+            )
+        bad = [v for v in axis_values(search.space[key], source) if isinstance(v, bool) or not isinstance(v, int)]
+        if bad:
+            raise ConfigError(f"{source}: search.space.{key}: max_batch needs integer batch sizes, got {bad[0]!r}")
 
 
 # --- internals ---------------------------------------------------------------------------------
@@ -293,20 +478,24 @@ def _parse(cls: type, raw: Any, source: str, where: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {where or '(top level)'}: expected a mapping, got {_type_name(raw)}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    fields = {_yaml_key(f): f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     for key in raw:
         if key not in fields:
             raise ConfigError(
                 f"{source}: {_join(where, str(key))}: unknown key; expected one of {', '.join(fields)}"
             )
     values = {}
-    for name, f in fields.items():
-        key = _join(where, name)
-        if name in raw:
-            values[name] = _convert(hints[name], raw[name], source, key)
+    for yaml_key, f in fields.items():
+        key = _join(where, yaml_key)
+        if yaml_key in raw:
+            values[f.name] = _convert(hints[f.name], raw[yaml_key], source, key)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{source}: {key}: missing")
     return cls(**values)
+
+
+def _yaml_key(f: dataclasses.Field) -> str:
+    return f.metadata.get("key") or f.name
 
 
 def _convert(hint: Any, value: Any, source: str, key: str) -> Any:
@@ -362,7 +551,7 @@ def _walk_schema(cls: type, prefix: str, rows: list[tuple[str, str, str, str]]) 
     for f in dataclasses.fields(cls):
         if f.metadata.get("internal"):
             continue
-        key = _join(prefix, f.name)
+        key = _join(prefix, _yaml_key(f))
         hint = hints[f.name]
         inner = _dataclass_in(hint)
         if f.default is not dataclasses.MISSING:

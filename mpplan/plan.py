@@ -4,6 +4,8 @@ A plan is what users, the verifier, the executor and the search share: the op
 order, the device of every op, the cross-device copies, where every dynamic
 storage lives in its device's arena, and the predicted memory per device.
 Every field but ``planner.seconds`` is a deterministic function of the inputs.
+``module_devices`` (an extension of the DESIGN schema) maps each module path to
+the device of its first forward op, in forward order: what exports need.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Plan:
     compute_overhead: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    module_devices: dict[str, str] = field(default_factory=dict)
 
     def device(self, name: str) -> DevicePlan:
         for d in self.devices:
@@ -109,6 +112,7 @@ class Plan:
                 "compute_overhead": self.compute_overhead,
             },
             "planner": {"settings": dict(self.settings), "seconds": dict(self.seconds)},
+            "module_devices": dict(self.module_devices),
         }
 
     @classmethod
@@ -167,6 +171,9 @@ class Plan:
             compute_overhead=float(predicted.get("compute_overhead", 0.0)),
             settings=dict(planner.get("settings", {})),
             seconds=dict(planner.get("seconds", {})),
+            module_devices={
+                str(k): str(v) for k, v in reader.mapping(data.get("module_devices", {}), "module_devices").items()
+            },
         )
 
 

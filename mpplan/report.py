@@ -35,12 +35,17 @@ def summary_text(summary: GraphSummary) -> str:
 
 
 def plan_text(plan: Plan, baselines: dict[str, int]) -> str:
-    """Per-device table plus the baselines that show what reordering and sharing bought."""
+    """Per-device table, cross-device traffic, and the one-device baselines that show
+    what reordering and sharing bought."""
+    copies_in = {d.name: 0 for d in plan.devices}
+    for c in plan.copies:
+        copies_in[c.dst] += c.bytes
     rows = [
         (
             d.name,
             _bytes(d.static_bytes),
             _bytes(d.arena_bytes),
+            _bytes(copies_in[d.name]),
             _bytes(d.peak_bytes),
             _bytes(d.lower_bound_bytes),
             _bytes(d.capacity_bytes),
@@ -48,9 +53,12 @@ def plan_text(plan: Plan, baselines: dict[str, int]) -> str:
         )
         for d in plan.devices
     ]
-    table = format_table(("device", "static", "arena", "peak", "lower bound", "capacity", "used"), rows)
+    headers = ("device", "static", "activations (arena)", "copies in", "peak", "lower bound", "capacity", "used")
+    table = format_table(headers, rows)
+    placement = plan.settings.get("placement_chosen", "single")
+    traffic = f"placement: {placement}; cross-device bytes per step: {_bytes(plan.cross_device_bytes)}"
     base = format_table(("baseline (one device)", "peak"), [(k, _bytes(v)) for k, v in baselines.items()])
-    return f"{table}\n\n{base}"
+    return f"{table}\n{traffic}\n\n{base}"
 
 
 def _bytes(n: int) -> str:

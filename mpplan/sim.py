@@ -38,9 +38,10 @@ def order_load(graph: Graph, order: Sequence[int]) -> int:
 
 
 def static_bytes(graph: Graph) -> int:
-    """Bytes of the storages resident for the whole step."""
+    """Bytes of the storages resident for the whole step (those some op touches)."""
     topo = graph.topology
-    return sum(topo.nbytes[s] for s in topo.storages if topo.is_static[s])
+    touched = {s for storages in topo.op_storages for s in storages}
+    return sum(topo.nbytes[s] for s in topo.storages if topo.is_static[s] and s in touched)
 
 
 def no_sharing_bytes(graph: Graph) -> int:

@@ -1,10 +1,14 @@
 """The independent verifier: re-derive everything a plan claims from the graph alone.
 
 It deliberately shares no code with the planner's decisions (no ``Topology``,
-no liveness pass, no simulator): dependencies, in-place versions, aliases,
-lifetimes, overlaps and peaks are recomputed here from tensor and op names, so a
-bug in a pass cannot hide itself.  The first violation raises
+no liveness pass, no simulator, no copy pass): dependencies, in-place versions,
+aliases, copies, lifetimes, overlaps and peaks are recomputed here from tensor
+and op names, so a bug in a pass cannot hide itself.  The first violation raises
 ``VerificationError`` with a message naming the op, tensor or device.
+
+The plan's copies are replayed as ops: a copy reads its tensor on ``src`` and
+writes a new tensor named like the copy on ``dst``; from then on, ops on ``dst``
+read the copy instead of the tensor.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import bisect
 from dataclasses import dataclass
 
 from mpplan.errors import VerificationError
-from mpplan.graph import Graph, Kind
-from mpplan.plan import Plan
+from mpplan.graph import Graph, Kind, Tensor
+from mpplan.plan import Copy, Plan
 
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
 
@@ -26,6 +30,15 @@ class VerifyReport:
     ops: int
     buffers: int
     devices: int
+    copies: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Touch:
+    """Op at ``step`` on ``device`` reads or writes storage ``storage``."""
+
+    step: int
+    device: str
 
 
 def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True) -> VerifyReport:
@@ -36,22 +49,28 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True) -> VerifyRe
     if plan.graph_hash != graph.content_hash:
         _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {graph.content_hash}")
     tensors = {t.name: t for t in graph.tensors}
-    root = _roots(graph)
-    ops = {o.name: o for o in graph.ops}
-    _check_schedule_names(graph, plan)
-    device_of_op = _check_placement(graph, plan)
-    expected_version = _as_given_versions(graph, root)
-    _replay(graph, plan, root, expected_version)
-    first, last = _lifetimes(graph, plan, root)
-    device_of_storage = _storage_devices(plan, ops, root, device_of_op)
-    static = {s for s in first if _is_static(tensors, tensors[s])}
-    dynamic = {s for s in first if s not in static}
+    copies = _check_copies(plan, tensors)
+    for c in copies.values():
+        tensors[c.name] = Tensor(c.name, c.bytes, Kind.ACTIVATION)
+    root = _roots(tensors)
+    _check_schedule_names(graph, plan, copies)
+    device_of_op = _check_placement(graph, plan, copies)
+    touches = _replay(graph, plan, root, copies, device_of_op)
+    home = _homes(touches)
+    static = {s for s in touches if _is_static(tensors, tensors[s])}
+    dynamic = {s for s in touches if s not in static}
+    first = {s: t[0].step for s, t in touches.items()}
+    last = {s: t[-1].step for s, t in touches.items()}
+    end = len(plan.schedule) - 1
+    for name in set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}:
+        if root[name] in last:
+            last[root[name]] = end
     alignment = int(plan.settings.get("alignment", 1) or 1)
-    _check_buffers(plan, tensors, dynamic, device_of_storage, alignment)
+    _check_buffers(plan, tensors, dynamic, home, alignment)
     for device in plan.devices:
-        mine = [s for s in dynamic if device_of_storage[s] == device.name]
+        mine = [s for s in dynamic if home[s] == device.name]
         _check_no_overlap(plan, device.name, mine, first, last)
-        _check_peaks(plan, device, tensors, static, mine, first, last, device_of_storage)
+        _check_peaks(plan, device, tensors, [s for s in static if home[s] == device.name], mine, first, last)
         if check_capacity and device.peak_bytes > device.capacity_bytes:
             _fail(f"device {device.name}: peak {device.peak_bytes} exceeds capacity {device.capacity_bytes}")
     if plan.settings.get("parallel_safe"):
@@ -59,35 +78,53 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True) -> VerifyRe
     claimed = max((d.peak_bytes for d in plan.devices), default=0)
     if plan.max_peak_bytes != claimed:
         _fail(f"predicted.max_peak_bytes is {plan.max_peak_bytes}, the devices' peaks give {claimed}")
-    return VerifyReport(ops=len(plan.schedule), buffers=len(plan.buffers), devices=len(plan.devices))
+    moved = sum(c.bytes for c in copies.values())
+    if plan.cross_device_bytes != moved:
+        _fail(f"predicted.cross_device_bytes is {plan.cross_device_bytes}, the copies move {moved}")
+    return VerifyReport(ops=len(plan.schedule), buffers=len(plan.buffers), devices=len(plan.devices), copies=len(copies))
 
 
 def _fail(message: str) -> None:
     raise VerificationError(message)
 
 
-def _roots(graph: Graph) -> dict[str, str]:
-    bases = {t.name: t.alias_of for t in graph.tensors}
+def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     roots: dict[str, str] = {}
-    for name in bases:
+    for name in tensors:
         seen, cur = set(), name
-        while bases[cur] is not None:
+        while tensors[cur].alias_of is not None:
             if cur in seen:
                 _fail(f"tensor {name!r}: alias cycle")
             seen.add(cur)
-            cur = bases[cur]  # type: ignore[assignment]
+            cur = tensors[cur].alias_of  # type: ignore[assignment]
         roots[name] = cur
     return roots
 
 
-def _is_static(tensors: dict, tensor) -> bool:
+def _is_static(tensors: dict[str, Tensor], tensor: Tensor) -> bool:
     if tensor.kind in _ALWAYS_STATIC:
         return True
     return tensor.kind is Kind.GRAD and tensor.grad_of is not None and tensors[tensor.grad_of].kind is Kind.PARAM
 
 
-def _check_schedule_names(graph: Graph, plan: Plan) -> None:
-    known = {o.name for o in graph.ops}
+def _check_copies(plan: Plan, tensors: dict[str, Tensor]) -> dict[str, Copy]:
+    copies: dict[str, Copy] = {}
+    devices = {d.name for d in plan.devices}
+    for c in plan.copies:
+        if c.name in tensors or c.name in copies:
+            _fail(f"copy {c.name!r}: name clashes with a tensor or another copy")
+        if c.tensor not in tensors:
+            _fail(f"copy {c.name!r}: copies unknown tensor {c.tensor!r}")
+        if c.src not in devices or c.dst not in devices or c.src == c.dst:
+            _fail(f"copy {c.name!r}: needs two different known devices, got {c.src!r} -> {c.dst!r}")
+        if c.bytes < tensors[c.tensor].nbytes:
+            _fail(f"copy {c.name!r}: moves {c.bytes} bytes of a {tensors[c.tensor].nbytes}-byte tensor")
+        copies[c.name] = c
+    return copies
+
+
+def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
+    known = {o.name for o in graph.ops} | set(copies)
     seen: set[str] = set()
     for step, name in enumerate(plan.schedule):
         if name not in known:
@@ -95,103 +132,102 @@ def _check_schedule_names(graph: Graph, plan: Plan) -> None:
         if name in seen:
             _fail(f"schedule step {step}: op {name!r} scheduled twice")
         seen.add(name)
-    missing = [o.name for o in graph.ops if o.name not in seen]
+    missing = [n for n in [o.name for o in graph.ops] + list(copies) if n not in seen]
     if missing:
         _fail(f"schedule: op {missing[0]!r} is never scheduled ({len(missing)} missing)")
 
 
-def _check_placement(graph: Graph, plan: Plan) -> dict[str, str]:
-    names = {d.name for d in plan.devices}
+def _check_placement(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> dict[str, str]:
+    names = [d.name for d in plan.devices]
     if not names:
         _fail("plan lists no devices")
     placement: dict[str, str] = {}
-    for op in graph.ops:
-        device = plan.placement.get(op.name)
+    for name in [o.name for o in graph.ops] + list(copies):
+        device = plan.placement.get(name)
         if device is None:
             if len(names) > 1:
-                _fail(f"op {op.name!r}: no device in placement")
-            device = next(iter(names))
+                _fail(f"op {name!r}: no device in placement")
+            device = names[0]
         if device not in names:
-            _fail(f"op {op.name!r}: placed on unknown device {device!r}")
-        placement[op.name] = device
+            _fail(f"op {name!r}: placed on unknown device {device!r}")
+        if name in copies and device != copies[name].dst:
+            _fail(f"copy {name!r}: placed on {device}, but it copies to {copies[name].dst}")
+        placement[name] = device
     return placement
 
 
-def _as_given_versions(graph: Graph, root: dict[str, str]) -> dict[tuple[str, str], int]:
-    """The storage version each (op, input tensor) reads in the graph's own order."""
-    version: dict[str, int] = {}
+def _replay(
+    graph: Graph, plan: Plan, root: dict[str, str], copies: dict[str, Copy], device_of: dict[str, str]
+) -> dict[str, list[_Touch]]:
+    """Run the schedule symbolically; return every storage's touches in step order.
+
+    Every read must see the version the graph's own order gives it (so in-place
+    writes keep their place among readers); an op reads a copy on its device
+    when one has run, else the tensor itself.
+    """
+    ops = {o.name: o for o in graph.ops}
     expected: dict[tuple[str, str], int] = {}
+    version: dict[str, int] = {}
     for op in graph.ops:
         for t in op.inputs:
             expected[(op.name, t)] = version.get(root[t], 0)
-        for t in op.outputs:
-            if t in op.inputs:
-                version[root[t]] = version.get(root[t], 0) + 1
-    return expected
+        for t in op.in_place:
+            version[root[t]] = version.get(root[t], 0) + 1
+    produced = {t for o in graph.ops for t in o.outputs if t not in o.inputs}
+    exists = {name for name in root if name not in produced and name not in copies}
+    version = {}
+    arrived: dict[tuple[str, str], tuple[str, int]] = {}  # (tensor, device) -> (copy name, version copied)
+    touches: dict[str, list[_Touch]] = {}
 
+    def touch(tensor: str, step: int, device: str) -> None:
+        touches.setdefault(root[tensor], []).append(_Touch(step, device))
 
-def _replay(graph: Graph, plan: Plan, root: dict[str, str], expected: dict[tuple[str, str], int]) -> None:
-    """Run the schedule symbolically: every read sees the version the graph's order gives it."""
-    ops = {o.name: o for o in graph.ops}
-    exists = {t.name for t in graph.tensors if t.kind in _ALWAYS_STATIC}
-    producers = {t for o in graph.ops for t in o.outputs if t not in o.inputs}
-    exists |= {t.name for t in graph.tensors if t.alias_of is not None and t.name not in producers}
-    version: dict[str, int] = {}
     for step, name in enumerate(plan.schedule):
+        device = device_of[name]
+        if name in copies:
+            c = copies[name]
+            if c.tensor not in exists:
+                _fail(f"schedule step {step}: copy {name!r} reads tensor {c.tensor!r} before it is produced")
+            touch(c.tensor, step, c.src)
+            touch(name, step, device)
+            arrived[(c.tensor, c.dst)] = (name, version.get(root[c.tensor], 0))
+            exists.add(name)
+            continue
         op = ops[name]
         for t in op.inputs:
-            if t not in exists and root[t] == t:
-                _fail(f"schedule step {step}: op {name!r} reads tensor {t!r} before it is produced")
             if t not in exists:
-                _fail(f"schedule step {step}: op {name!r} reads view {t!r} before it is created")
-            if version.get(root[t], 0) != expected[(name, t)]:
+                _fail(f"schedule step {step}: op {name!r} reads tensor {t!r} before it is produced")
+            seen = version.get(root[t], 0)
+            read = t
+            if (t, device) in arrived and t not in op.outputs:
+                read, seen = arrived[(t, device)]
+            if seen != expected[(name, t)]:
+                what = f"its copy {read!r}" if read != t else f"tensor {t!r}"
                 _fail(
-                    f"schedule step {step}: op {name!r} reads tensor {t!r} at version {version.get(root[t], 0)}, "
-                    f"the graph's order has it read version {expected[(name, t)]} (an in-place write moved)"
+                    f"schedule step {step}: op {name!r} reads {what} at version {seen}, the graph's order has it "
+                    f"read version {expected[(name, t)]} (an in-place write moved)"
                 )
+            touch(read, step, device)
         for t in op.outputs:
             if t in op.inputs:
                 version[root[t]] = version.get(root[t], 0) + 1
             else:
                 exists.add(t)
+            touch(t, step, device)
+    return touches
 
 
-def _lifetimes(graph: Graph, plan: Plan, root: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
-    ops = {o.name: o for o in graph.ops}
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for step, name in enumerate(plan.schedule):
-        op = ops[name]
-        for t in (*op.inputs, *op.outputs):
-            first.setdefault(root[t], step)
-            last[root[t]] = step
-    end = len(plan.schedule) - 1
-    outputs = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
-    for t in outputs:
-        if root[t] in last:
-            last[root[t]] = end
-    return first, last
+def _homes(touches: dict[str, list[_Touch]]) -> dict[str, str]:
+    home: dict[str, str] = {}
+    for s, ts in touches.items():
+        devices = sorted({t.device for t in ts})
+        if len(devices) > 1:
+            _fail(f"tensor {s!r} is used on devices {' and '.join(devices)} without a copy")
+        home[s] = devices[0]
+    return home
 
 
-def _storage_devices(plan: Plan, ops: dict, root: dict[str, str], device_of_op: dict[str, str]) -> dict[str, str]:
-    """Each storage lives on the device of the first scheduled op that touches it."""
-    device: dict[str, str] = {}
-    for name in plan.schedule:
-        op = ops[name]
-        for t in (*op.outputs, *op.inputs):
-            device.setdefault(root[t], device_of_op[name])
-    for name in plan.schedule:
-        op = ops[name]
-        for t in (*op.inputs, *op.outputs):
-            if device[root[t]] != device_of_op[name]:
-                _fail(
-                    f"op {name!r} on {device_of_op[name]} touches tensor {t!r} that lives on "
-                    f"{device[root[t]]} without a copy"
-                )
-    return device
-
-
-def _check_buffers(plan: Plan, tensors: dict, dynamic: set[str], device_of: dict[str, str], alignment: int) -> None:
+def _check_buffers(plan: Plan, tensors: dict[str, Tensor], dynamic: set[str], home: dict[str, str], alignment: int) -> None:
     for name in plan.buffers:
         if name not in dynamic:
             _fail(f"buffer {name!r}: not a dynamic storage of the graph")
@@ -200,8 +236,8 @@ def _check_buffers(plan: Plan, tensors: dict, dynamic: set[str], device_of: dict
         buf = plan.buffers.get(s)
         if buf is None:
             _fail(f"tensor {s!r}: dynamic storage without a buffer")
-        if buf.device != device_of[s]:
-            _fail(f"tensor {s!r}: buffer on {buf.device}, but the tensor lives on {device_of[s]}")
+        if buf.device != home[s]:
+            _fail(f"tensor {s!r}: buffer on {buf.device}, but the tensor lives on {home[s]}")
         if buf.bytes < tensors[s].nbytes:
             _fail(f"tensor {s!r}: buffer of {buf.bytes} bytes holds a tensor of {tensors[s].nbytes}")
         if buf.offset < 0 or buf.offset % alignment or buf.bytes % alignment:
@@ -218,11 +254,10 @@ def _check_no_overlap(plan: Plan, device: str, storages: list[str], first: dict[
     sized = [s for s in storages if plan.buffers[s].bytes]
     starts = sorted(sized, key=lambda s: (first[s], s))
     ends = sorted(sized, key=lambda s: (last[s], s))
-    active: list[tuple[int, int, str]] = []  # (offset, end, name) sorted by offset
+    active: list[tuple[int, int, str]] = []  # (offset, end, name), disjoint, sorted by offset
     j = 0
     for s in starts:
-        step = first[s]
-        while j < len(ends) and last[ends[j]] < step:
+        while j < len(ends) and last[ends[j]] < first[s]:
             gone = ends[j]
             buf = plan.buffers[gone]
             active.pop(bisect.bisect_left(active, (buf.offset, buf.offset + buf.bytes, gone)))
@@ -240,15 +275,18 @@ def _check_no_overlap(plan: Plan, device: str, storages: list[str], first: dict[
         active.insert(pos, item)
 
 
-def _check_peaks(plan, device, tensors, static, dynamic, first, last, device_of) -> None:
-    static_bytes = sum(tensors[s].nbytes for s in static if device_of[s] == device.name)
+def _check_peaks(plan, device, tensors, static, dynamic, first, last) -> None:
+    static_bytes = sum(tensors[s].nbytes for s in static)
     if device.static_bytes != static_bytes:
         _fail(f"device {device.name}: static_bytes claimed {device.static_bytes}, the graph gives {static_bytes}")
     used = max((plan.buffers[s].offset + plan.buffers[s].bytes for s in dynamic), default=0)
     if device.arena_bytes < used:
         _fail(f"device {device.name}: arena_bytes {device.arena_bytes} is below the buffers' extent {used}")
     if device.peak_bytes != device.static_bytes + device.arena_bytes:
-        _fail(f"device {device.name}: peak_bytes {device.peak_bytes} != static {device.static_bytes} + arena {device.arena_bytes}")
+        _fail(
+            f"device {device.name}: peak_bytes {device.peak_bytes} != static {device.static_bytes} "
+            f"+ arena {device.arena_bytes}"
+        )
     events: dict[int, int] = {}
     for s in dynamic:
         events[first[s]] = events.get(first[s], 0) + tensors[s].nbytes
@@ -258,9 +296,7 @@ def _check_peaks(plan, device, tensors, static, dynamic, first, last, device_of)
         live += events[step]
         load = max(load, live)
     if device.lower_bound_bytes != static_bytes + load:
-        _fail(
-            f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"
-        )
+        _fail(f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}")
 
 
 def _check_parallel_safe(graph: Graph, plan: Plan, root: dict[str, str], dynamic: set[str]) -> None:
@@ -276,11 +312,10 @@ def _check_parallel_safe(graph: Graph, plan: Plan, root: dict[str, str], dynamic
             for p in (producer.get(t), writer.get(root[t])):
                 if p is not None:
                     deps |= ancestors[p] | (1 << p)
-        for t in op.outputs:
-            if t in op.inputs:
-                for r in readers.get(root[t], ()):
-                    if r != i:
-                        deps |= ancestors[r] | (1 << r)
+        for t in op.in_place:
+            for r in readers.get(root[t], ()):
+                if r != i:
+                    deps |= ancestors[r] | (1 << r)
         ancestors[i] = deps
         for t in op.inputs:
             readers.setdefault(root[t], []).append(i)
@@ -294,7 +329,8 @@ def _check_parallel_safe(graph: Graph, plan: Plan, root: dict[str, str], dynamic
                     writer[t] = i
         for t in (*op.inputs, *op.outputs):
             users.setdefault(root[t], []).append(i)
-    ordered = sorted(dynamic, key=lambda s: (plan.buffers[s].device, plan.buffers[s].offset, s))
+    graph_storages = [s for s in dynamic if s in users]
+    ordered = sorted(graph_storages, key=lambda s: (plan.buffers[s].device, plan.buffers[s].offset, s))
 
     def before(a: str, b: str) -> bool:
         birth = min(users[b])

@@ -4,6 +4,7 @@ A storage is live from the first step that touches any of its aliases (its
 producer) through the last one, inclusive; graph outputs live to the final step.
 Static storages (params, inputs, param grads, optimizer state) are resident for the
 whole step and get no range: they are summed into ``static_bytes`` instead.
+A storage no op touches is not resident at all.
 """
 
 from __future__ import annotations
@@ -78,5 +79,5 @@ def live_ranges(graph: Graph, order: Sequence[int], storages: frozenset[int] | N
         for s in wanted
         if not topo.is_static[s] and s in first
     )
-    static = sum(topo.nbytes[s] for s in wanted if topo.is_static[s])
+    static = sum(topo.nbytes[s] for s in wanted if topo.is_static[s] and s in first)
     return Liveness(ranges=ranges, static_bytes=static, num_steps=len(order))

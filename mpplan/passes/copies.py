@@ -1,0 +1,167 @@
+"""Cross-device copy injection: make every read local.
+
+Each storage lives on one *home* device: the device of its producer, or, for
+tensors that exist before the step (params, inputs, optimizer state), of the op
+that updates it in place, else of its first user.  An op that reads a tensor
+whose home is elsewhere reads a copy instead: one copy op per (tensor,
+destination) named ``<tensor>@<device>``, run on the destination right before
+its first consumer there.  The copy's output is a new dynamic tensor on the
+destination; the source stays live until the copy has run (it is the copy's
+input).  A pure view op runs on its base's home, whatever the placement says.
+A tensor read on a device again after it changed in place is copied again
+(``<tensor>@<device>~v<version>``).  ``legalize`` makes any placement acceptable.  A parameter read on several devices (tied embeddings) is copied once per
+step to each extra device.
+
+The result is a new graph whose op list *is* the planned order (copies
+included), plus the device of every op and storage of that graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mpplan.errors import GraphError
+from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.plan import Copy
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A graph with copies inserted, listed in execution order, and where everything lives.
+
+    ``op_device[k]`` is the device of op ``k`` of ``graph``; ``storage_device[s]``
+    the home of storage ``s`` (a tensor id of ``graph``), for every storage.
+    """
+
+    graph: Graph
+    op_device: tuple[str, ...]
+    storage_device: tuple[str, ...]
+    copies: tuple[Copy, ...]
+
+    @property
+    def cross_device_bytes(self) -> int:
+        return sum(c.bytes for c in self.copies)
+
+
+def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> Placed:
+    """Insert the copies ``order`` needs under ``op_device`` (one device name per op id)."""
+    topo = graph.topology
+    home = _home_devices(graph, order, op_device)
+    names = {t.name for t in graph.tensors}
+    copy_of: dict[tuple[int, str], str] = {}  # (tensor id, device) -> copy tensor name
+    copied_version: dict[tuple[int, str], int] = {}
+    version = [0] * len(graph.tensors)
+    new_tensors = list(graph.tensors)
+    new_ops: list[Op] = []
+    new_devices: list[str] = []
+    copies: list[Copy] = []
+    for k in order:
+        op, device = graph.ops[k], _device_of(graph, k, op_device, home)
+        renamed: dict[str, str] = {}
+        for t in topo.op_inputs[k]:
+            s = topo.storage_of[t]
+            if home[s] == device:
+                continue
+            tensor = graph.tensors[t]
+            if tensor.name in op.outputs:
+                raise GraphError(
+                    f"op {op.name!r} on {device} writes tensor {tensor.name!r} in place, but it lives on "
+                    f"{home[s]}: in-place ops across devices are not allowed; place them together"
+                )
+            key = (t, device)
+            if key not in copy_of or copied_version[key] != version[s]:
+                # a first read there, or the tensor changed in place since its last copy
+                suffix = "" if key not in copy_of else f"~v{version[s]}"
+                name = _fresh(f"{tensor.name}@{device}{suffix}", names)
+                nbytes = tensor.nbytes if tensor.alias_of is None or tensor.nbytes else topo.nbytes[s]
+                new_tensors.append(Tensor(name, nbytes, Kind.ACTIVATION, tensor.shape, tensor.dtype))
+                new_ops.append(Op(name, "copy", (tensor.name,), (name,), cost=0.0, device=device, module=op.module))
+                new_devices.append(device)
+                copies.append(Copy(name=name, tensor=tensor.name, src=home[s], dst=device, bytes=nbytes))
+                copy_of[key] = name
+                copied_version[key] = version[s]
+            renamed[tensor.name] = copy_of[key]
+        new_ops.append(_renamed(op, renamed, device))
+        new_devices.append(device)
+        for name in op.in_place:
+            version[topo.storage_of[topo.tensor_index[name]]] += 1
+    placed = Graph(graph.name, tuple(new_tensors), tuple(new_ops), graph.outputs).validate()
+    new_topo = placed.topology
+    storage_device = [""] * len(new_tensors)
+    for t in range(len(graph.tensors)):
+        storage_device[t] = home[topo.storage_of[t]]
+    for c in copies:
+        storage_device[new_topo.tensor_index[c.name]] = c.dst
+    return Placed(placed, tuple(new_devices), tuple(storage_device), tuple(copies))
+
+
+def legalize(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> tuple[str, ...]:
+    """Move every in-place op onto the home of the storage it writes, and every pure
+    view op onto its base's home, so ``inject_copies`` accepts the placement.
+
+    Placement strategies reason about modules and activations; ATen's in-place ops
+    (``relu_``, optimizer updates) must follow their tensor, wherever a partition cut.
+    """
+    topo = graph.topology
+    devices = list(op_device)
+    for _ in range(len(graph.ops) + 1):
+        home = _home_devices(graph, order, devices)
+        moved = False
+        for k in order:
+            target = _device_of(graph, k, devices, home)
+            for name in graph.ops[k].in_place:
+                target = home[topo.storage_of[topo.tensor_index[name]]]
+            if target != devices[k]:
+                devices[k], moved = target, True
+        if not moved:
+            return tuple(devices)
+    raise AssertionError("legalize did not converge")
+
+
+def _home_devices(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> list[str]:
+    """Home device per storage: producer, else in-place updater, else first user in ``order``."""
+    topo = graph.topology
+    home = [""] * len(graph.tensors)
+    for s in topo.storages:
+        if topo.producer[s] >= 0:
+            home[s] = op_device[topo.producer[s]]
+    for k in order:
+        for name in graph.ops[k].in_place:
+            s = topo.storage_of[topo.tensor_index[name]]
+            if topo.producer[s] < 0 and not home[s]:
+                home[s] = op_device[k]
+    for k in order:
+        for s in topo.op_storages[k]:
+            if not home[s]:
+                home[s] = op_device[k]
+    fallback = op_device[order[0]] if len(order) else ""
+    return [h or fallback for h in home]
+
+
+def _device_of(graph: Graph, k: int, op_device: Sequence[str], home: list[str]) -> str:
+    """A pure view op runs where its base lives: a view allocates nothing, and its
+    readers elsewhere then copy the view, not the whole base."""
+    topo = graph.topology
+    op = graph.ops[k]
+    outs = topo.op_outputs[k]
+    if topo.op_inputs[k] and outs and all(
+        graph.tensors[t].alias_of is not None and graph.tensors[t].name not in op.inputs for t in outs
+    ):
+        return home[topo.storage_of[topo.op_inputs[k][0]]]
+    return op_device[k]
+
+
+def _renamed(op: Op, renamed: dict[str, str], device: str) -> Op:
+    from dataclasses import replace
+
+    inputs = tuple(renamed.get(t, t) for t in op.inputs)
+    return replace(op, inputs=inputs, device=device)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, i = name, 1
+    while candidate in taken:
+        candidate, i = f"{name}#{i}", i + 1
+    taken.add(candidate)
+    return candidate

@@ -1,0 +1,275 @@
+"""Compose the passes into a Plan: schedule, place, copies, lifetimes, assignment.
+
+Each stage is a pure function of the graph and what earlier stages decided; this
+module only wires them together, times them, and picks among placements.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from mpplan import sim
+from mpplan.config import Device, PlannerSection
+from mpplan.errors import ConfigError
+from mpplan.graph import Graph, Kind
+from mpplan.passes import place
+from mpplan.passes.assign import assign_offsets, share_objects
+from mpplan.passes.concurrency import dag_may_share
+from mpplan.passes.copies import Placed, inject_copies, legalize
+from mpplan.passes.liveness import Liveness, live_ranges
+from mpplan.passes.schedule import schedule as schedule_ops
+from mpplan.plan import Buffer, DevicePlan, Plan
+
+_SHARED_OBJECTS = {"shared_greedy": "greedy", "shared_dp": "dp"}
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    """The planner's knobs (``planner:`` in the config); see ``mpplan.config.PlannerSection``."""
+
+    schedule: str = "auto"
+    assign: str = "auto"
+    alignment: int = 64
+    parallel_safe: bool = False
+    placement: str = "auto"
+    device_map: Mapping[str, str] = field(default_factory=dict)
+    no_split: tuple[str, ...] = ()
+    shift_activations: Any = "auto"
+    shift_from: str | None = None
+    shift_to: str | None = None
+
+    @classmethod
+    def from_config(cls, section: PlannerSection) -> PlannerSettings:
+        return cls(
+            schedule=section.schedule,
+            assign=section.assign,
+            alignment=section.alignment,
+            parallel_safe=section.parallel_safe,
+            placement=section.placement,
+            device_map=dict(section.device_map),
+            no_split=tuple(section.no_split),
+            shift_activations=section.shift.activations,
+            shift_from=section.shift.from_device,
+            shift_to=section.shift.to_device,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "assign": self.assign,
+            "alignment": self.alignment,
+            "parallel_safe": self.parallel_safe,
+            "placement": self.placement,
+            "device_map": dict(self.device_map),
+            "no_split": list(self.no_split),
+            "shift": {"activations": self.shift_activations, "from": self.shift_from, "to": self.shift_to},
+        }
+
+
+def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = PlannerSettings()) -> Plan:
+    """Plan ``graph`` over ``devices``: the best placement the settings allow, fully assigned."""
+    if not devices:
+        raise ValueError("plan needs at least one device")
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    order = schedule_ops(graph, settings.schedule)
+    seconds["schedule"] = _lap(clock)
+    clock = time.perf_counter()
+    op_device, chosen = choose_placement(graph, order, devices, settings)
+    op_device = legalize(graph, order, op_device)
+    seconds["place"] = _lap(clock)
+    clock = time.perf_counter()
+    placed = inject_copies(graph, order, op_device)
+    seconds["copies"] = _lap(clock)
+    device_plans, buffers = [], {}
+    liveness_s = assign_s = 0.0
+    for device in devices:
+        clock = time.perf_counter()
+        storages = frozenset(s for s, d in enumerate(placed.storage_device) if d == device.name)
+        liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
+        liveness_s += _lap(clock)
+        clock = time.perf_counter()
+        arena = assign_arena(placed.graph, liveness, settings)
+        assign_s += _lap(clock)
+        load = sim.load(liveness.ranges, liveness.num_steps)
+        device_plans.append(
+            DevicePlan(
+                name=device.name,
+                capacity_bytes=device.usable,
+                static_bytes=liveness.static_bytes,
+                arena_bytes=arena.arena,
+                peak_bytes=liveness.static_bytes + arena.arena,
+                lower_bound_bytes=liveness.static_bytes + load,
+            )
+        )
+        for s, offset in sorted(arena.offsets.items()):
+            buffers[placed.graph.tensors[s].name] = Buffer(device.name, offset, arena.sizes[s])
+    seconds["liveness"] = round(liveness_s, 6)
+    seconds["assign"] = round(assign_s, 6)
+    seconds["total"] = round(sum(seconds.values()), 6)
+    return Plan(
+        graph_name=graph.name,
+        graph_hash=graph.content_hash,
+        devices=tuple(device_plans),
+        schedule=tuple(op.name for op in placed.graph.ops),
+        placement={op.name: d for op, d in zip(placed.graph.ops, placed.op_device)},
+        buffers=buffers,
+        copies=placed.copies,
+        max_peak_bytes=max(d.peak_bytes for d in device_plans),
+        cross_device_bytes=placed.cross_device_bytes,
+        settings={**settings.to_dict(), "placement_chosen": chosen},
+        seconds=seconds,
+        module_devices=module_devices(placed),
+    )
+
+
+def choose_placement(
+    graph: Graph, order: Sequence[int], devices: Sequence[Device], settings: PlannerSettings
+) -> tuple[tuple[str, ...], str]:
+    """The op devices for the configured strategy; ``auto`` keeps the best that fits."""
+    names = [d.name for d in devices]
+    capacity = {d.name: d.usable for d in devices}
+    kind = settings.placement
+    if kind == "single" or len(devices) == 1:
+        return place.place_single(graph, names[0]), "single"
+    if kind == "manual":
+        return place.place_manual(graph, order, names, settings.device_map), "manual"
+    if kind == "pipeline":
+        return place.place_pipeline(graph, order, capacity, no_split=settings.no_split), "pipeline"
+    if kind == "shift":
+        return shift_placement(graph, order, devices, settings), "shift"
+    candidates = {
+        "single": place.place_single(graph, names[0]),
+        "pipeline": place.place_pipeline(graph, order, capacity, no_split=settings.no_split),
+        "shift": shift_placement(graph, order, devices, settings),
+    }
+    if settings.device_map:
+        candidates["manual"] = place.place_manual(graph, order, names, settings.device_map)
+    scored = {}
+    for name, op_device in candidates.items():
+        load = place.device_loads(graph, order, op_device, names)
+        scored[name] = (place.worst_ratio(load, capacity), load.placed.cross_device_bytes)
+    best = min(scored, key=lambda n: (scored[n][0] > 1.0, scored[n]))
+    return candidates[best], best
+
+
+def shift_placement(
+    graph: Graph, order: Sequence[int], devices: Sequence[Device], settings: PlannerSettings
+) -> tuple[str, ...]:
+    """Everything on ``from``, then the named (or automatically chosen) activations moved to ``to``."""
+    names = [d.name for d in devices]
+    src = settings.shift_from or names[0]
+    dst = settings.shift_to or (names[1] if len(names) > 1 else names[0])
+    for key, value in (("from", src), ("to", dst)):
+        if value not in names:
+            raise ConfigError(f"planner.shift.{key}: unknown device {value!r}; devices are {', '.join(names)}")
+    base = place.place_single(graph, src)
+    if settings.shift_activations != "auto":
+        return place.shift(graph, order, base, list(settings.shift_activations), src, dst)
+    return auto_shift(graph, order, base, src, dst, {d.name: d.usable for d in devices})
+
+
+def auto_shift(
+    graph: Graph,
+    order: Sequence[int],
+    base: tuple[str, ...],
+    src: str,
+    dst: str,
+    capacity: Mapping[str, int],
+    *,
+    candidates_per_round: int = 12,
+    max_rounds: int = 32,
+) -> tuple[str, ...]:
+    """Greedily move the activation whose shift lowers the worst device ratio most, while it helps."""
+    names = list(capacity)
+    chosen: list[str] = []
+    current = base
+    best = place.worst_ratio(place.device_loads(graph, order, current, names), capacity)
+    activations = [t for t in graph.tensors if t.kind is Kind.ACTIVATION and t.alias_of is None]
+    activations.sort(key=lambda t: (-t.nbytes, t.name))
+    for _ in range(max_rounds):
+        trial_best, trial_choice = best, None
+        tried = 0
+        for tensor in activations:
+            if tensor.name in chosen:
+                continue
+            if tried >= candidates_per_round:
+                break
+            tried += 1
+            trial = place.shift(graph, order, base, [*chosen, tensor.name], src, dst)
+            ratio = place.worst_ratio(place.device_loads(graph, order, trial, names), capacity)
+            if ratio < trial_best:
+                trial_best, trial_choice = ratio, (tensor.name, trial)
+        if trial_choice is None:
+            break
+        chosen.append(trial_choice[0])
+        current, best = trial_choice[1], trial_best
+    return current
+
+
+@dataclass(frozen=True, slots=True)
+class Arena:
+    """Offsets of one device's dynamic storages (by storage id) and the arena size."""
+
+    offsets: dict[int, int]
+    sizes: dict[int, int]
+    arena: int
+
+
+def assign_arena(graph: Graph, liveness: Liveness, settings: PlannerSettings) -> Arena:
+    """Offsets for the ranges in ``liveness`` by the configured algorithm."""
+    ranges = liveness.ranges
+    records = [(r.nbytes, r.first, r.last) for r in ranges]
+    storages = [r.storage for r in ranges]
+    may_share = dag_may_share(graph, storages) if settings.parallel_safe else None
+    align = settings.alignment
+    if settings.assign in _SHARED_OBJECTS:
+        objects = share_objects(records, algorithm=_SHARED_OBJECTS[settings.assign], may_share=may_share, alignment=align)
+        starts, total = [], 0
+        for size in objects.object_sizes:
+            starts.append(total)
+            total += size
+        offsets = [starts[o] for o in objects.object_of]
+        arena = total
+    else:
+        algorithm = "search" if settings.assign == "exact" else settings.assign
+        offsets, arena = assign_offsets(records, alignment=align, algorithm=algorithm, may_share=may_share)
+    return Arena(
+        offsets={s: off for s, off in zip(storages, offsets)},
+        sizes={s: _round_up(r.nbytes, align) for s, r in zip(storages, ranges)},
+        arena=arena,
+    )
+
+
+def module_devices(placed: Placed) -> dict[str, str]:
+    """Module path -> device of its first forward op making storage, in schedule order; then the
+    modules owning parameters (by the parameter's name), with the parameter's home."""
+    graph = placed.graph
+    forward = {k for k in place.forward_ops(graph, range(len(graph.ops))) if graph.ops[k].type != "copy"}
+    modules: dict[str, str] = {}
+    topo = graph.topology
+    for k, op in enumerate(graph.ops):
+        makes_storage = any(topo.storage_of[t] == t for t in topo.op_outputs[k])
+        if k in forward and op.module and makes_storage:  # view ops run with their base, elsewhere
+            modules.setdefault(op.module, placed.op_device[k])
+    for t, tensor in enumerate(graph.tensors):
+        if tensor.kind is Kind.PARAM and "." in tensor.name:
+            modules.setdefault(tensor.name.rsplit(".", 1)[0], placed.storage_device[t])
+    return modules
+
+
+def placed_graph(graph: Graph, plan_: Plan) -> Placed:
+    """Rebuild the copy-augmented graph a plan describes (for the executor and reports)."""
+    index = graph.topology.op_index
+    order = [index[name] for name in plan_.schedule if name in index]
+    return inject_copies(graph, order, [plan_.placement[op.name] for op in graph.ops])
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _lap(start: float) -> float:
+    return round(time.perf_counter() - start, 6)

@@ -1,0 +1,479 @@
+"""Tests for ``mpplan.passes.assign``: offsets in one arena and memonger-style shared objects.
+
+Invariants are checked by a validator written here (sharing no code with the pass);
+optimality is checked against brute-force oracles that share no theory with the
+search: every integer offset below a candidate arena, every set partition.
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+import random
+import re
+import time
+
+import pytest
+from conftest import CHECKMATE
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mpplan.passes import assign as assign_module
+from mpplan.passes.assign import (
+    OFFSET_ALGORITHMS,
+    OffsetAssignment,
+    SharedObjects,
+    assign_offsets,
+    records_load,
+    share_objects,
+)
+from mpplan.passes.liveness import LiveRange
+from mpplan.sim import load as sim_load
+
+Record = tuple[int, int, int]
+EXACT = 10**7  # a search budget no small case exhausts
+
+
+# --------------------------------------------------------------------------------------------
+# independent checkers and oracles
+
+
+def overlaps_in_time(a: Record, b: Record) -> bool:
+    return a[1] <= b[2] and b[1] <= a[2]
+
+
+def round_up(size: int, alignment: int) -> int:
+    return -(-size // alignment) * alignment
+
+
+def conflicting(records: list[Record], forbidden: frozenset[tuple[int, int]] = frozenset()) -> list[tuple[int, int]]:
+    """Pairs (i < j) that must not share bytes: overlapping in time (by a sweep), or forbidden."""
+    pairs = set(forbidden)
+    by_start = sorted(range(len(records)), key=lambda j: records[j][1])
+    live: list[int] = []
+    for j in by_start:
+        live = [k for k in live if records[k][2] >= records[j][1]]
+        pairs.update((min(j, k), max(j, k)) for k in live)
+        live.append(j)
+    return sorted(pairs)
+
+
+def check_offsets(
+    records: list[Record],
+    result: OffsetAssignment,
+    alignment: int = 1,
+    forbidden: frozenset[tuple[int, int]] = frozenset(),
+) -> None:
+    """The invariants every offset assignment must satisfy."""
+    assert len(result.offsets) == len(records)
+    sizes = [round_up(r[0], alignment) for r in records]
+    for j, (offset, size) in enumerate(zip(result.offsets, sizes)):
+        assert offset >= 0 and offset % alignment == 0
+        if size == 0:
+            assert offset == 0
+    for i, j in conflicting(records, forbidden):
+        if sizes[i] and sizes[j]:
+            a, b = result.offsets[i], result.offsets[j]
+            assert a + sizes[i] <= b or b + sizes[j] <= a, f"records {i} and {j} overlap in memory"
+    assert result.arena == max((o + s for o, s in zip(result.offsets, sizes) if s), default=0)
+    assert result.arena >= result.load == brute_load(records, alignment)
+    offsets, arena = result  # unpacks like a pair
+    assert (offsets, arena) == (result.offsets, result.arena)
+
+
+def check_objects(
+    records: list[Record],
+    shared: SharedObjects,
+    alignment: int = 1,
+    forbidden: frozenset[tuple[int, int]] = frozenset(),
+) -> None:
+    sizes = [round_up(r[0], alignment) for r in records]
+    assert len(shared.object_of) == len(records)
+    for i, j in conflicting(records, forbidden):
+        if sizes[i] and sizes[j]:
+            assert shared.object_of[i] != shared.object_of[j], f"records {i} and {j} share an object"
+    for o, size in enumerate(shared.object_sizes):
+        members = [sizes[j] for j in range(len(records)) if shared.object_of[j] == o]
+        assert members and size == max(members)
+    assert shared.total == sum(shared.object_sizes) >= shared.load == brute_load(records, alignment)
+
+
+def brute_load(records: list[Record], alignment: int = 1) -> int:
+    """Live bytes summed at every step where some range starts (a maximum sits at one)."""
+    if len(records) <= 64:
+        starts = {r[1] for r in records}
+        return max((sum(round_up(r[0], alignment) for r in records if r[1] <= t <= r[2]) for t in starts), default=0)
+    delta: dict[int, int] = {}
+    for size, lo, hi in records:
+        delta[lo] = delta.get(lo, 0) + round_up(size, alignment)
+        delta[hi + 1] = delta.get(hi + 1, 0) - round_up(size, alignment)
+    running, peak = 0, 0
+    for step in sorted(delta):
+        running += delta[step]
+        peak = max(peak, running)
+    return peak
+
+
+def optimal_arena(records: list[Record], forbidden: frozenset[tuple[int, int]] = frozenset()) -> int:
+    """The least arena: for W = C, C + 1, ... try every integer offset below W.
+
+    C, the heaviest clique of the conflict graph, is a lower bound (LOAD when there
+    is no predicate); starting there keeps the exhaustive rounds few.
+    """
+    idx = [j for j, r in enumerate(records) if r[0] > 0]
+    pairs = conflicting(records, forbidden)
+    conflicts = {j: [k for p in pairs if j in p for k in p if k != j] for j in idx}
+    order = sorted(idx, key=lambda j: (-records[j][0], -len(conflicts[j]), j))
+    where: dict[int, int] = {}
+
+    def fits(i: int, limit: int) -> bool:
+        if i == len(order):
+            return True
+        j = order[i]
+        size = records[j][0]
+        for offset in range(limit - size + 1):
+            if all(offset + size <= where[k] or where[k] + records[k][0] <= offset for k in conflicts[j] if k in where):
+                where[j] = offset
+                if fits(i + 1, limit):
+                    return True
+                del where[j]
+        return False
+
+    clash = set(pairs)
+    limit = 0
+    for mask in range(1 << len(idx)):
+        group = [idx[b] for b in range(len(idx)) if mask >> b & 1]
+        if all((i, j) in clash for i in group for j in group if i < j):
+            limit = max(limit, sum(records[j][0] for j in group))
+    while not fits(0, limit):
+        limit += 1
+    return limit
+
+
+def optimal_objects(records: list[Record], forbidden: frozenset[tuple[int, int]] = frozenset()) -> int:
+    """The least total over every partition of the non-empty records into compatible objects."""
+    idx = [j for j, r in enumerate(records) if r[0] > 0]
+    clash = set(conflicting(records, forbidden))
+    best = sum(records[j][0] for j in idx)
+
+    def go(i: int, groups: list[list[int]]) -> None:
+        nonlocal best
+        if i == len(idx):
+            best = min(best, sum(max(records[k][0] for k in g) for g in groups))
+            return
+        j = idx[i]
+        for g in groups:
+            if all((min(j, k), max(j, k)) not in clash for k in g):
+                g.append(j)
+                go(i + 1, groups)
+                g.pop()
+        groups.append([j])
+        go(i + 1, groups)
+        groups.pop()
+
+    go(0, [])
+    return best
+
+
+# --------------------------------------------------------------------------------------------
+# strategies
+
+
+@st.composite
+def small_records(draw: st.DrawFn, max_n: int = 7, max_size: int = 6, max_step: int = 6) -> list[Record]:
+    n = draw(st.integers(0, max_n))
+    out = []
+    for _ in range(n):
+        first = draw(st.integers(0, max_step - 1))
+        last = draw(st.integers(first, max_step))
+        out.append((draw(st.integers(0, max_size)), first, last))
+    return out
+
+
+@st.composite
+def records_and_forbidden(draw: st.DrawFn) -> tuple[list[Record], frozenset[tuple[int, int]]]:
+    records = draw(small_records())
+    pairs = [(i, j) for i in range(len(records)) for j in range(i + 1, len(records))]
+    forbidden = frozenset(p for p in pairs if draw(st.booleans()))
+    return records, forbidden
+
+
+def predicate(forbidden: frozenset[tuple[int, int]]):
+    def may_share(i: int, j: int) -> bool:
+        assert i < j, "may_share is called with the lower index first"
+        return (i, j) not in forbidden
+
+    return may_share
+
+
+# --------------------------------------------------------------------------------------------
+# offsets
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_records(), st.sampled_from([1, 2, 4, 8]))
+def test_every_algorithm_is_valid_and_search_is_exact(records: list[Record], alignment: int) -> None:
+    scaled = [(round_up(s, alignment) // alignment, f, l) for s, f, l in records]
+    best = optimal_arena(scaled) * alignment
+    for algorithm in OFFSET_ALGORITHMS:
+        result = assign_offsets(records, alignment=alignment, algorithm=algorithm, max_nodes=EXACT)
+        check_offsets(records, result, alignment)
+        assert result.arena >= best
+        if result.optimal:
+            assert result.arena == best
+    assert assign_offsets(records, alignment, "search", max_nodes=EXACT).arena == best
+    assert assign_offsets(records, alignment, "auto").arena == best
+
+
+@settings(max_examples=200, deadline=None)
+@given(records_and_forbidden())
+def test_may_share_false_is_honoured_and_search_stays_exact(case) -> None:
+    records, forbidden = case
+    may_share = predicate(forbidden)
+    for algorithm in OFFSET_ALGORITHMS:
+        result = assign_offsets(records, algorithm=algorithm, may_share=may_share, max_nodes=EXACT)
+        check_offsets(records, result, forbidden=forbidden)
+    exact = assign_offsets(records, algorithm="search", may_share=may_share, max_nodes=EXACT)
+    assert exact.arena == optimal_arena(records, forbidden)
+
+
+@settings(max_examples=200, deadline=None)
+@given(small_records(max_n=12, max_size=50, max_step=12))
+def test_load_matches_the_simulator(records: list[Record]) -> None:
+    ranges = [LiveRange(j, s, f, l) for j, (s, f, l) in enumerate(records)]
+    steps = max((r[2] for r in records), default=-1) + 1
+    assert records_load(records) == sim_load(ranges, steps)
+    result = assign_offsets(records)
+    check_offsets(records, result)
+
+
+@settings(max_examples=100, deadline=None)
+@given(small_records(max_n=40, max_size=30, max_step=25), st.sampled_from([1, 16]))
+def test_larger_random_cases_stay_valid(records: list[Record], alignment: int) -> None:
+    for algorithm in OFFSET_ALGORITHMS:
+        result = assign_offsets(records, alignment=alignment, algorithm=algorithm, max_nodes=2_000)
+        check_offsets(records, result, alignment)
+
+
+def test_auto_reaches_load_where_greedy_gets_stuck() -> None:
+    # a path 3 - 2 - 1 - 0 in time: LOAD 14 needs 2 above 3 and 0 above 1; every heuristic
+    # puts the two big ends (3 and 0) at the bottom and 2 lands on top of 1 (the pattern of
+    # MobileNet's forward chain, where all of them miss LOAD by half)
+    records = [(8, 4, 5), (6, 3, 4), (5, 1, 3), (9, 1, 1)]
+    assert assign_offsets(records, algorithm="greedy_by_size").arena == 19
+    assert assign_offsets(records, algorithm="best_fit").arena == 19
+    result = assign_offsets(records)
+    check_offsets(records, result)
+    assert result.arena == result.load == 14 and result.optimal and result.algorithm == "search"
+
+
+def test_back_to_back_ranges_overlap_at_the_shared_step() -> None:
+    # [0, 1] and [1, 2] are both live at step 1 (an op reading one and writing the other)
+    records = [(4, 0, 1), (4, 1, 2), (4, 2, 3)]
+    for algorithm in OFFSET_ALGORITHMS:
+        result = assign_offsets(records, algorithm=algorithm)
+        check_offsets(records, result)
+        assert result.offsets[0] != result.offsets[1] and result.offsets[1] != result.offsets[2]
+        assert result.arena == 8
+    shared = share_objects(records)
+    assert shared.object_of == (0, 1, 0) and shared.total == 8
+
+
+def test_a_range_read_by_several_ops_is_free_only_after_the_last_reader() -> None:
+    # memonger: a blob consumed by several ops; produced at 0, read at 1, 2 and 4 -> one range [0, 4]
+    records = [(10, 0, 4), (10, 1, 2), (10, 3, 4), (10, 5, 6)]
+    for algorithm in OFFSET_ALGORITHMS:
+        result = assign_offsets(records, algorithm=algorithm)
+        check_offsets(records, result)
+    shared = share_objects(records, "dp")
+    check_objects(records, shared)
+    assert shared.object_of[0] not in (shared.object_of[1], shared.object_of[2])
+    assert shared.total == 20
+
+
+def test_parallel_branches_do_not_share_when_the_dag_forbids_it() -> None:
+    # memonger's "tokens": b and c run on parallel branches; the order puts b before c,
+    # so their ranges are disjoint, yet a parallel executor may run them together
+    records = [(8, 0, 1), (8, 1, 2), (8, 3, 4), (8, 4, 5)]  # a, b, c, d
+    parallel = frozenset({(1, 2)})
+    may_share = predicate(parallel)
+    for algorithm in OFFSET_ALGORITHMS:
+        result = assign_offsets(records, algorithm=algorithm, may_share=may_share)
+        check_offsets(records, result, forbidden=parallel)
+        assert result.arena == 16
+    for algorithm in ("greedy", "dp"):
+        shared = share_objects(records, algorithm, may_share=may_share)
+        check_objects(records, shared, forbidden=parallel)
+        assert shared.object_of[1] != shared.object_of[2]
+
+
+def test_ladder_reuses_buffers_freed_on_both_sides() -> None:
+    # back-and-forth model: two columns pass activations left and right, each freed
+    # buffer must be reused by the next rung whichever side freed it
+    records = []
+    for rung in range(6):
+        records.append((16, 2 * rung, 2 * rung + 2))  # left column value
+        records.append((16, 2 * rung + 1, 2 * rung + 3))  # right column value
+    load = records_load(records)
+    for algorithm in ("auto", "best_fit", "greedy_by_size"):
+        result = assign_offsets(records, algorithm=algorithm)
+        check_offsets(records, result)
+        assert result.arena == load
+    shared = share_objects(records)
+    check_objects(records, shared)
+    assert shared.total == load
+
+
+def test_zero_sizes_alignment_and_determinism() -> None:
+    records = [(0, 0, 9), (3, 0, 1), (5, 1, 2), (0, 2, 2), (3, 2, 3)]
+    result = assign_offsets(records, alignment=64)
+    check_offsets(records, result, alignment=64)
+    assert result.offsets[0] == result.offsets[3] == 0
+    assert result.arena == result.load == 128
+    assert assign_offsets(records, alignment=64) == result
+    # identical records: the lower index gets the lower offset
+    assert assign_offsets([(4, 0, 1)] * 3, algorithm="greedy_by_size").offsets == (0, 4, 8)
+    assert assign_offsets([(4, 0, 1)] * 3, algorithm="best_fit").offsets == (0, 4, 8)
+    assert assign_offsets([]) == OffsetAssignment((), 0, 0, "best_fit", True)
+
+
+@pytest.mark.parametrize(
+    "records, alignment, message",
+    [
+        ([(1, 2, 1)], 1, "first <= last"),
+        ([(-1, 0, 1)], 1, "size >= 0"),
+        ([(1, 0)], 1, "expected (size, first, last)"),
+        ([(1.5, 0, 1)], 1, "integers"),
+        ([(1, 0, 1)], 0, "positive integer alignment"),
+    ],
+)
+def test_bad_input_is_rejected_with_the_record(records, alignment, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        assign_offsets(records, alignment=alignment)
+    with pytest.raises(ValueError, match="algorithm"):
+        assign_offsets([(1, 0, 1)], algorithm="magic")  # type: ignore[arg-type]
+
+
+def test_budget_bounds_the_search_on_hard_instances() -> None:
+    rng = random.Random(7)
+    records = []
+    for _ in range(300):
+        first = rng.randrange(200)
+        records.append((rng.randrange(1, 1000), first, first + rng.randrange(1, 40)))
+    start = time.perf_counter()
+    result = assign_offsets(records, algorithm="search", max_nodes=300)
+    assert time.perf_counter() - start < 10
+    check_offsets(records, result)
+    assert result.arena <= assign_offsets(records, algorithm="greedy_by_size").arena
+
+
+def test_many_records_assign_quickly() -> None:
+    rng = random.Random(3)
+    records = []
+    for step in range(20_000):
+        life = 1 + int(rng.expovariate(1 / 4))
+        records.append((rng.choice((64, 256, 1024, 4096)) * rng.randint(1, 8), step, step + life))
+    for algorithm in ("best_fit", "greedy_by_size", "auto"):
+        start = time.perf_counter()
+        result = assign_offsets(records, alignment=64, algorithm=algorithm)
+        assert time.perf_counter() - start < 15, algorithm
+        assert result.arena >= result.load
+    check_offsets(records, result, alignment=64)
+
+
+# --------------------------------------------------------------------------------------------
+# real networks
+
+
+def _records_in_order(graph, order) -> list[Record]:
+    from mpplan.passes.liveness import live_ranges
+
+    liveness = live_ranges(graph, order)
+    return [(r.nbytes, r.first, r.last) for r in liveness.ranges]
+
+
+def _random_order(graph, seed: int) -> list[int]:
+    topo = graph.topology
+    rng = random.Random(seed)
+    missing = [len(p) for p in topo.preds]
+    ready = [k for k, m in enumerate(missing) if m == 0]
+    order = []
+    while ready:
+        k = ready.pop(rng.randrange(len(ready)))
+        order.append(k)
+        for s in topo.succs[k]:
+            missing[s] -= 1
+            if missing[s] == 0:
+                ready.append(s)
+    return order
+
+
+REAL_NETWORKS = sorted(p for p in CHECKMATE.glob("*_nx.json")) if CHECKMATE.exists() else []
+
+
+@pytest.mark.skipif(not REAL_NETWORKS, reason="shared/data/checkmate_graphs not present")
+@pytest.mark.parametrize("path", REAL_NETWORKS, ids=lambda p: p.stem)
+def test_auto_reaches_load_on_real_networks(path) -> None:
+    from mpplan.capture.nodelink import graph_from_node_link
+
+    graph = graph_from_node_link(json.loads(path.read_text()))
+    orders = [list(range(len(graph.ops)))] + [_random_order(graph, seed) for seed in (1, 2)]
+    for order in orders:
+        records = _records_in_order(graph, order)
+        result = assign_offsets(records, alignment=64)
+        check_offsets(records, result, alignment=64)
+        assert result.arena == result.load, (path.stem, result.algorithm)
+
+
+# --------------------------------------------------------------------------------------------
+# shared objects
+
+
+@settings(max_examples=250, deadline=None)
+@given(small_records(), st.sampled_from([1, 4]))
+def test_objects_dp_is_exact_and_greedy_is_valid(records: list[Record], alignment: int) -> None:
+    aligned = [(round_up(s, alignment), f, l) for s, f, l in records]
+    best = optimal_objects(aligned)
+    greedy = share_objects(records, "greedy", alignment=alignment)
+    check_objects(records, greedy, alignment)
+    assert greedy.total >= best
+    dp = share_objects(records, "dp", alignment=alignment, max_nodes=EXACT)
+    check_objects(records, dp, alignment)
+    assert dp.total == best and dp.optimal
+
+
+@settings(max_examples=200, deadline=None)
+@given(records_and_forbidden())
+def test_objects_honour_may_share(case) -> None:
+    records, forbidden = case
+    may_share = predicate(forbidden)
+    greedy = share_objects(records, "greedy", may_share=may_share)
+    check_objects(records, greedy, forbidden=forbidden)
+    dp = share_objects(records, "dp", may_share=may_share, max_nodes=EXACT)
+    check_objects(records, dp, forbidden=forbidden)
+    assert dp.total == optimal_objects(records, forbidden)
+
+
+def test_dp_beats_greedy() -> None:
+    # greedy hands the freed 10-byte object to the 2-byte record that starts first; the
+    # later 10 then needs an object of its own (22).  The optimum pairs the two 10s (14).
+    records = [(10, 0, 1), (2, 0, 3), (2, 2, 3), (10, 2, 3)]
+    greedy = share_objects(records, "greedy")
+    dp = share_objects(records, "dp")
+    check_objects(records, greedy)
+    check_objects(records, dp)
+    assert greedy.total == 22
+    assert dp.total == 14 == dp.load and dp.optimal
+
+
+def test_objects_offsets_lay_objects_back_to_back() -> None:
+    records = [(8, 0, 1), (4, 2, 3), (8, 2, 3)]
+    shared = share_objects(records, "dp")
+    offsets = shared.offsets()
+    result = OffsetAssignment(offsets, shared.total, shared.load, "objects", False)
+    check_offsets(records, result)
+
+
+def test_docstring_examples() -> None:
+    failures, _ = doctest.testmod(assign_module)
+    assert failures == 0

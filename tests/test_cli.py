@@ -1,0 +1,147 @@
+"""End-to-end CLI: inspect, plan, verify; errors are one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import REPO, tiny
+from mpplan.capture.graph_file import save_graph
+from mpplan.cli import main
+from mpplan.plan import load_plan
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_config(tmp_path, body: str, name: str = "run.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.fixture
+def tiny_file(tmp_path):
+    return save_graph(tiny(), tmp_path / "tiny.yaml")
+
+
+def test_inspect_graph_file_json(capsys, tiny_file):
+    code, out, err = run(capsys, "inspect", str(tiny_file), "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["ops"] == 2 and data["tensors"] == 4
+    assert data["static_bytes"] == 128  # x (input) + w (param)
+    assert data["bytes_by_kind"] == {"activation": 64, "input": 64, "param": 64}
+    assert data["max_op_working_set_bytes"] == 64
+    assert data["as_given_peak_bytes"] == 128 + 64
+
+
+def test_inspect_config_text(capsys, tmp_path):
+    config = write_config(tmp_path, "model: {synthetic: {kind: chain, n: 5}}\n")
+    code, out, _ = run(capsys, "inspect", str(config))
+    assert code == 0
+    assert "ops" in out and "as-given peak" in out
+
+
+def test_plan_then_verify(capsys, tmp_path, tiny_file):
+    config = write_config(
+        tmp_path,
+        f"""
+        model: {{graph: {{path: {tiny_file.name}}}}}
+        devices: [{{name: gpu0, capacity: 1MiB}}]
+        planner: {{alignment: 1}}
+        """,
+    )
+    out_dir = tmp_path / "out"
+    code, out, err = run(capsys, "plan", str(config), "--out", str(out_dir))
+    assert code == 0, err
+    assert "lower bound" in out and "perfect allocator" in out
+    plan = load_plan(out_dir / "plan.json")
+    assert plan.devices[0].peak_bytes == plan.devices[0].lower_bound_bytes == 192
+    code, out, err = run(capsys, "verify", str(out_dir / "plan.json"), "--graph", str(tiny_file))
+    assert code == 0 and "ok" in out
+    code, out, err = run(capsys, "verify", str(out_dir / "plan.json"), "--config", str(config))
+    assert code == 0
+
+
+def test_plan_that_does_not_fit_exits_3(capsys, tmp_path, tiny_file):
+    config = write_config(
+        tmp_path,
+        f"""
+        model: {{graph: {{path: {tiny_file.name}}}}}
+        devices: [{{name: gpu0, capacity: 100}}]
+        """,
+    )
+    code, out, err = run(capsys, "plan", str(config), "--out", str(tmp_path / "o"))
+    assert code == 3
+    assert "device gpu0 needs" in err and "bytes more than its capacity" in err
+    assert (tmp_path / "o" / "plan.json").is_file(), "the best infeasible plan is still written"
+
+
+def test_verify_rejects_corrupt_plan(capsys, tmp_path, tiny_file):
+    config = write_config(
+        tmp_path,
+        f"""
+        model: {{graph: {{path: {tiny_file.name}}}}}
+        devices: [{{name: gpu0, capacity: 1MiB}}]
+        """,
+    )
+    run(capsys, "plan", str(config), "--out", str(tmp_path / "o"))
+    path = tmp_path / "o" / "plan.json"
+    data = json.loads(path.read_text())
+    data["devices"][0]["peak_bytes"] += 1
+    path.write_text(json.dumps(data))
+    code, _, err = run(capsys, "verify", str(path), "--graph", str(tiny_file))
+    assert code == 1 and err.count("\n") == 1 and "peak_bytes" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["inspect", "nowhere.yaml"], "nowhere.yaml"),
+        (["plan", "nowhere.yaml"], "nowhere.yaml: file not found"),
+        (["verify", "nowhere.json", "--graph", "g.yaml"], "nowhere.json: file not found"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("mpplan: error: ") and err.count("\n") == 1 and message in err
+
+
+def test_bad_config_key_is_one_line(capsys, tmp_path):
+    config = write_config(tmp_path, "model: {synthetic: {kind: chain, n: 3}}\nplanner: {schedul: dfs}\n")
+    code, _, err = run(capsys, "plan", str(config))
+    assert code == 2
+    assert err == f"mpplan: error: {config}: planner.schedul: unknown key; expected one of schedule, assign, alignment, parallel_safe, placement, device_map, no_split, shift\n"
+
+
+def test_plan_without_devices_is_an_error(capsys, tmp_path):
+    config = write_config(tmp_path, "model: {synthetic: {kind: chain, n: 3}}\n")
+    code, _, err = run(capsys, "plan", str(config))
+    assert code == 2 and "devices: needs at least one device" in err
+
+
+def test_plan_json_is_deterministic(capsys, tmp_path):
+    config = write_config(
+        tmp_path, "model: {synthetic: {kind: chain, n: 30}}\ndevices: [{name: g, capacity: 1GiB}]\n"
+    )
+    for out in ("a", "b"):
+        assert run(capsys, "plan", str(config), "--out", str(tmp_path / out))[0] == 0
+    a, b = (json.loads((tmp_path / o / "plan.json").read_text()) for o in ("a", "b"))
+    del a["planner"]["seconds"], b["planner"]["seconds"]
+    assert a == b
+
+
+def test_configs_folder_configs_parse():
+    from mpplan.config import load_config
+
+    configs = sorted((REPO / "configs").glob("*.yaml"))
+    assert configs, "configs/ ships ready runs"
+    for path in configs:
+        load_config(path)

@@ -1,0 +1,259 @@
+"""Multi-device placement: the exact DP, copy injection, shift, and verified plans."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import chain
+from mpplan.config import Device
+from mpplan.errors import GraphError
+from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.passes import place
+from mpplan.passes.copies import inject_copies
+from mpplan.planner import PlannerSettings, plan
+from mpplan.verify import verify
+from strategies import graphs
+
+
+# --- the DP against brute force ---------------------------------------------------------------
+
+
+def brute_force(num_units, capacities, cost):
+    best = None
+    stages = min(len(capacities), num_units)
+    for cuts in itertools.combinations(range(1, num_units), stages - 1):
+        bounds = [0, *cuts, num_units]
+        ratio = max(cost(bounds[d], bounds[d + 1] - 1)[0] / capacities[d] for d in range(stages))
+        copied = sum(cost(bounds[d], bounds[d + 1] - 1)[1] for d in range(stages))
+        if best is None or (ratio, copied) < best:
+            best = (ratio, copied)
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    num_units=st.integers(1, 8),
+    capacities=st.lists(st.integers(1, 50), min_size=1, max_size=4),
+    weights=st.lists(st.integers(0, 30), min_size=8, max_size=8),
+    extra=st.lists(st.integers(0, 10), min_size=64, max_size=64),
+)
+def test_partition_is_exact(num_units, capacities, weights, extra):
+    def cost(i, j):  # any function of the segment: the DP must not assume additivity
+        return sum(weights[i : j + 1]) + extra[i * 8 + j], extra[(j * 8 + i) % 64]
+
+    starts = place.partition(num_units, capacities, cost)
+    bounds = [0, *starts, num_units]
+    stages = len(bounds) - 1
+    assert stages == min(len(capacities), num_units)
+    assert all(bounds[d] < bounds[d + 1] for d in range(stages)), "every stage is non-empty"
+    got = (
+        max(cost(bounds[d], bounds[d + 1] - 1)[0] / capacities[d] for d in range(stages)),
+        sum(cost(bounds[d], bounds[d + 1] - 1)[1] for d in range(stages)),
+    )
+    assert got[0] == brute_force(num_units, capacities, cost)[0]
+
+
+# --- copy injection -----------------------------------------------------------------------------
+
+
+def fan_out() -> Graph:
+    """a is read by three ops; two of them run on another device."""
+    tensors = (
+        Tensor("x", 8, Kind.INPUT),
+        Tensor("a", 100),
+        Tensor("b", 10),
+        Tensor("c", 10),
+        Tensor("d", 10),
+        Tensor("y", 4),
+    )
+    ops = (
+        Op("A", "f", ("x",), ("a",)),
+        Op("B", "f", ("a",), ("b",)),
+        Op("C", "f", ("a",), ("c",)),
+        Op("D", "f", ("a",), ("d",)),
+        Op("Y", "f", ("b", "c", "d"), ("y",)),
+    )
+    return Graph("fan", tensors, ops, ("y",)).validate()
+
+
+def test_one_copy_per_tensor_and_device():
+    graph = fan_out()
+    placed = inject_copies(graph, range(5), ["g0", "g0", "g1", "g1", "g1"])
+    names = [c.name for c in placed.copies]
+    assert names == ["a@g1", "b@g1"], "a copied once for C and D, b once for Y; no copy for B"
+    assert placed.cross_device_bytes == 110
+    ops = [op.name for op in placed.graph.ops]
+    assert ops.index("a@g1") == ops.index("C") - 1, "the copy runs right before its first consumer"
+    assert placed.graph.op("D").inputs == ("a@g1",)
+    assert placed.storage_device[placed.graph.topology.tensor_index["a@g1"]] == "g1"
+
+
+def test_same_device_reads_need_no_copy():
+    graph = fan_out()
+    assert inject_copies(graph, range(5), ["g0"] * 5).copies == ()
+
+
+def test_in_place_across_devices_rejected():
+    tensors = (Tensor("x", 8, Kind.INPUT), Tensor("a", 16), Tensor("y", 16))
+    ops = (
+        Op("A", "f", ("x",), ("a",)),
+        Op("R", "relu_", ("a",), ("a",)),
+        Op("Y", "f", ("a",), ("y",)),
+    )
+    graph = Graph("ip", tensors, ops, ("y",)).validate()
+    with pytest.raises(GraphError, match="op 'R' on g1 writes tensor 'a' in place, but it lives on g0"):
+        inject_copies(graph, range(3), ["g0", "g1", "g1"])
+
+
+def test_tied_parameter_copied_once_per_device():
+    tensors = (
+        Tensor("ids", 8, Kind.INPUT),
+        Tensor("emb", 1000, Kind.PARAM),
+        Tensor("h", 40),
+        Tensor("z", 40),
+        Tensor("logits", 80),
+    )
+    ops = (
+        Op("embed", "Embedding", ("ids", "emb"), ("h",)),
+        Op("block", "f", ("h",), ("z",)),
+        Op("head", "Linear", ("z", "emb"), ("logits",)),
+    )
+    graph = Graph("tied", tensors, ops, ("logits",)).validate()
+    devices = [Device("g0", 10_000), Device("g1", 10_000)]
+    p = plan(graph, devices, PlannerSettings(placement="manual", alignment=1, device_map={"": "g0"}))
+    placed = inject_copies(graph, range(3), ["g0", "g1", "g1"])
+    assert [c.tensor for c in placed.copies] == ["h", "emb"]
+    assert placed.cross_device_bytes == 1040
+    verify(graph, p)
+
+
+# --- shift: Caffe2's ShiftActivationDevices semantics ------------------------------------------
+
+
+def two_layer_training() -> Graph:
+    """fc1 -> a1 -> fc2 -> a2 -> loss, with the backward ops of both layers."""
+    t = [
+        Tensor("x", 32, Kind.INPUT),
+        Tensor("w1", 16, Kind.PARAM),
+        Tensor("w2", 16, Kind.PARAM),
+        Tensor("a1", 64),
+        Tensor("a2", 64),
+        Tensor("loss", 4, Kind.OUTPUT),
+        Tensor("g_a2", 64, Kind.GRAD),
+        Tensor("g_w2", 16, Kind.GRAD, grad_of="w2"),
+        Tensor("g_a1", 64, Kind.GRAD),
+        Tensor("g_w1", 16, Kind.GRAD, grad_of="w1"),
+    ]
+    ops = [
+        Op("fc1", "Linear", ("x", "w1"), ("a1",)),
+        Op("fc2", "Linear", ("a1", "w2"), ("a2",)),
+        Op("loss_op", "Loss", ("a2",), ("loss",)),
+        Op("loss_bwd", "LossGrad", ("a2", "loss"), ("g_a2",), backward_of="loss_op"),
+        Op("fc2_bwd", "LinearGrad", ("g_a2", "a1", "w2"), ("g_a1", "g_w2"), backward_of="fc2"),
+        Op("fc1_bwd", "LinearGrad", ("g_a1", "x", "w1"), ("g_w1",), backward_of="fc1"),
+    ]
+    return Graph("two_layer", tuple(t), tuple(ops), ("loss",)).validate()
+
+
+def test_shift_moves_producer_and_consumers_of_the_activation():
+    graph = two_layer_training()
+    base = place.place_single(graph, "g0")
+    moved = place.shift(graph, range(6), base, ["a2"], "g0", "g1")
+    where = dict(zip([o.name for o in graph.ops], moved))
+    # fc2 produces a2 (its output decides), loss_op and loss_bwd consume it; fc2_bwd's last
+    # activation is a1 (stays), fc1 touches only a1. w2 lives with its first user, fc2, so fc2_bwd
+    # reads a copy of it.
+    assert where == {
+        "fc1": "g0",
+        "fc2": "g1",
+        "loss_op": "g1",
+        "loss_bwd": "g1",
+        "fc2_bwd": "g0",
+        "fc1_bwd": "g0",
+    }
+    placed = inject_copies(graph, range(6), moved)
+    assert sorted((c.tensor, c.dst) for c in placed.copies) == [("a1", "g1"), ("g_a2", "g0"), ("w2", "g0")]
+
+
+def test_shift_plan_verifies_and_unknown_activation_is_an_error():
+    graph = two_layer_training()
+    devices = [Device("g0", 10_000), Device("g1", 10_000)]
+    p = plan(graph, devices, PlannerSettings(placement="shift", alignment=1, shift_activations=["a2"]))
+    verify(graph, p)
+    assert p.placement["fc2"] == "g1"
+    with pytest.raises(Exception, match="unknown tensor 'nope'"):
+        plan(graph, devices, PlannerSettings(placement="shift", shift_activations=["nope"]))
+
+
+# --- pipeline and auto -------------------------------------------------------------------------
+
+
+def test_pipeline_balances_a_chain():
+    graph = chain(40, nbytes=1000)
+    devices = [Device(f"g{i}", 100_000) for i in range(4)]
+    p = plan(graph, devices, PlannerSettings(placement="pipeline", alignment=1))
+    verify(graph, p)
+    used = {p.placement[op.name] for op in graph.ops}
+    assert used == {"g0", "g1", "g2", "g3"}
+    peaks = [d.peak_bytes for d in p.devices]
+    assert max(peaks) <= 1.1 * min(peaks)
+
+
+def test_pipeline_respects_heterogeneous_capacity():
+    graph = chain(30, nbytes=1000)
+    devices = [Device("small", 2_000), Device("big", 8_000)]
+    p = plan(graph, devices, PlannerSettings(placement="pipeline", alignment=1))
+    verify(graph, p, check_capacity=False)
+    count = {d: sum(1 for op in graph.ops if p.placement[op.name] == d) for d in ("small", "big")}
+    assert count["big"] > count["small"]
+
+
+def test_auto_keeps_single_when_it_fits_best():
+    graph = chain(6)
+    devices = [Device("g0", 1 << 30), Device("g1", 1 << 30)]
+    p = plan(graph, devices, PlannerSettings(placement="auto", alignment=1))
+    verify(graph, p)
+    assert p.settings["placement_chosen"] in {"single", "pipeline", "shift"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(graph=graphs(max_ops=10), data=st.data())
+def test_random_multi_device_plans_verify(graph, data):
+    names = ["g0", "g1", "g2"]
+    op_device = tuple(data.draw(st.sampled_from(names)) for _ in graph.ops)
+    order = tuple(range(len(graph.ops)))
+    try:
+        placed = inject_copies(graph, order, op_device)
+    except GraphError as exc:
+        assert "in place" in str(exc)
+        return
+    p = plan(graph, [Device(n, 1 << 30) for n in names], PlannerSettings(placement="manual", alignment=1))
+    verify(graph, p)
+    assert placed.graph.validate()
+
+
+def test_view_op_runs_with_its_base_and_readers_copy_the_view():
+    """Regression: a transposed tied weight read on another device (GPT's lm head)."""
+    tensors = (
+        Tensor("ids", 8, Kind.INPUT),
+        Tensor("emb", 1000, Kind.PARAM),
+        Tensor("embT", 1000, alias_of="emb"),
+        Tensor("h", 40),
+        Tensor("logits", 80),
+    )
+    ops = (
+        Op("embed", "Embedding", ("ids", "emb"), ("h",)),
+        Op("t", "t", ("emb",), ("embT",)),
+        Op("head", "mm", ("h", "embT"), ("logits",)),
+    )
+    graph = Graph("tied_view", tensors, ops, ("logits",)).validate()
+    placed = inject_copies(graph, range(3), ["g0", "g1", "g1"])
+    assert placed.op_device[1] == "g0", "the view op stays with its base"
+    assert sorted((c.tensor, c.dst) for c in placed.copies) == [("embT", "g1"), ("h", "g1")]
+    devices = [Device("g0", 10_000), Device("g1", 10_000)]
+    p = plan(graph, devices, PlannerSettings(placement="manual", alignment=1, device_map={"": "g0"}))
+    verify(graph, p)
