@@ -20,6 +20,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from mpplan import sim
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph, Kind
@@ -173,12 +175,6 @@ def partition(num_units: int, capacities: Sequence[int], cost: Callable[[int, in
     return tuple(reversed(starts))
 
 
-@dataclass(frozen=True, slots=True)
-class _Use:
-    first: int
-    last: int
-
-
 class SegmentCost:
     """Predicted (peak, incoming copy bytes) of a device running a contiguous run of units.
 
@@ -186,28 +182,46 @@ class SegmentCost:
     own storages live from their birth to their last local use or their first use
     elsewhere (when the copy out runs); storages from elsewhere arrive as copies
     live over their local uses.  The final plan is computed exactly.
+
+    Storages used by one unit only are summed once per unit into a live profile
+    over the schedule, and the profiles are prefix-summed over units, so a stage's
+    profile is one vector difference; only storages crossing units are walked.
     """
 
     def __init__(self, graph: Graph, order: Sequence[int], unit_of_op: Sequence[int]) -> None:
         topo = graph.topology
-        self._topo = topo
-        self._end = len(order) - 1
-        self._spans: dict[int, dict[int, _Use]] = {}
-        self._home_unit: dict[int, int] = {}
+        steps = len(order)
+        num_units = max(unit_of_op, default=-1) + 1
+        spans: dict[int, dict[int, tuple[int, int]]] = {}
         for step, k in enumerate(order):
             u = unit_of_op[k]
             for s in topo.op_storages[k]:
-                spans = self._spans.setdefault(s, {})
-                use = spans.get(u)
-                spans[u] = _Use(step, step) if use is None else _Use(use.first, step)
-                self._home_unit.setdefault(s, u)
-        for s in self._spans:
-            if topo.producer[s] >= 0:
-                self._home_unit[s] = unit_of_op[topo.producer[s]]
-        self._unit_storages: dict[int, list[int]] = {}
-        for s, spans in self._spans.items():
-            for u in spans:
-                self._unit_storages.setdefault(u, []).append(s)
+                uses = spans.setdefault(s, {})
+                uses[u] = (uses[u][0], step) if u in uses else (step, step)
+        delta = np.zeros((num_units, steps + 1), dtype=np.int64)
+        static = np.zeros(num_units + 1, dtype=np.int64)
+        self._crossing: list[tuple[int, int, bool, int, dict[int, tuple[int, int]]]] = []
+        self._crossing_of_unit: list[list[int]] = [[] for _ in range(num_units)]
+        for s, uses in spans.items():
+            size = topo.nbytes[s]
+            home = unit_of_op[topo.producer[s]] if topo.producer[s] >= 0 else min(uses, key=lambda u: uses[u][0])
+            if len(uses) == 1:
+                first, last = uses[home]
+                if topo.is_static[s]:
+                    static[home + 1] += size
+                else:
+                    last = steps - 1 if s in topo.output_storages else last
+                    delta[home, first] += size
+                    delta[home, last + 1] -= size
+                continue
+            index = len(self._crossing)
+            self._crossing.append((size, home, topo.is_static[s], int(s in topo.output_storages), uses))
+            for u in uses:
+                self._crossing_of_unit[u].append(index)
+        profiles = np.cumsum(delta[:, :steps], axis=1)
+        self._cum = np.vstack([np.zeros((1, steps), dtype=np.int64), np.cumsum(profiles, axis=0)])
+        self._static = np.cumsum(static)
+        self._end = steps - 1
         self._memo: dict[tuple[int, int], tuple[int, int]] = {}
 
     def __call__(self, i: int, j: int) -> tuple[int, int]:
@@ -217,34 +231,28 @@ class SegmentCost:
         return self._memo[key]
 
     def _evaluate(self, i: int, j: int) -> tuple[int, int]:
-        topo = self._topo
-        storages = dict.fromkeys(s for u in range(i, j + 1) for s in self._unit_storages.get(u, ()))
-        static = copied = 0
-        events: dict[int, int] = {}
-        for s in storages:
-            spans = self._spans[s]
-            inside = [use for u, use in spans.items() if i <= u <= j]
-            first = min(use.first for use in inside)
-            last = max(use.last for use in inside)
-            size = topo.nbytes[s]
-            if i <= self._home_unit[s] <= j:
-                if topo.is_static[s]:
+        profile = self._cum[j + 1] - self._cum[i]
+        static = int(self._static[j + 1] - self._static[i])
+        copied = 0
+        crossing = {c for u in range(i, j + 1) for c in self._crossing_of_unit[u]}
+        for c in sorted(crossing):
+            size, home, is_static, is_output, uses = self._crossing[c]
+            inside = [use for u, use in uses.items() if i <= u <= j]
+            first = min(use[0] for use in inside)
+            last = max(use[1] for use in inside)
+            if i <= home <= j:
+                if is_static:
                     static += size
                     continue
-                later = [use.first for u, use in spans.items() if not i <= u <= j and use.first > first]
+                later = [use[0] for u, use in uses.items() if not i <= u <= j and use[0] > first]
                 if later:
                     last = max(last, min(later))
-                if s in topo.output_storages:
+                if is_output:
                     last = self._end
             else:
                 copied += size
-            events[first] = events.get(first, 0) + size
-            events[last + 1] = events.get(last + 1, 0) - size
-        live = peak = 0
-        for step in sorted(events):
-            live += events[step]
-            peak = max(peak, live)
-        return static + peak, copied
+            profile[first : last + 1] += size
+        return static + int(profile.max(initial=0)), copied
 
 
 # --- evaluating a full placement exactly -----------------------------------------------------
