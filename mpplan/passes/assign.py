@@ -48,8 +48,8 @@ OBJECT_ALGORITHMS: tuple[str, ...] = ("greedy", "dp")
 #: Default search budgets in work units: a placement (offsets) costs its piece's record
 #: count plus ``SEARCH_NODE_COST``; a join-or-open choice (objects) twice the record
 #: count.  Fixed numbers, not clock time, so plans are deterministic; each budget is
-#: about two seconds of one core (a unit is roughly 0.3 microseconds).
-SEARCH_WORK = 6_000_000
+#: a few seconds of one core at most (a unit is roughly 0.2-0.3 microseconds).
+SEARCH_WORK = 12_000_000
 SEARCH_NODE_COST = 150
 OBJECT_SEARCH_WORK = 5_000_000
 #: Largest piece the offset search takes on (one dive costs O(piece^2)).

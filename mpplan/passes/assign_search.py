@@ -70,8 +70,9 @@ def search_offsets(
     ``conflicts[j]`` lists the records that must not overlap ``j`` in memory and must
     include every record whose inclusive range ``first..last`` overlaps ``j``'s.
     Records of size 0 are ignored.  Phase one asks for ``lower_bound`` directly (its
-    tight bounds prune best); phase two, if that fails, lowers the incumbent one unit
-    at a time.  Stops when nothing better can exist or after ``max_nodes`` placements.
+    tight bounds prune best) with three quarters of the budget; phase two, if that
+    fails, lowers the incumbent, each packing found tightening the target.  Stops
+    when nothing better can exist or after ``max_nodes`` placements.
     """
     keep = [j for j, s in enumerate(sizes) if s > 0]
     best = list(incumbent)
@@ -118,8 +119,8 @@ def search_offsets(
                         break
                 if exhaustive:
                     floor = max(floor, round_.target + 1)
-                if aim is not None and (found is not None or exhaustive or spent * 2 >= max_nodes):
-                    break  # on to phase two, keeping half the budget for it
+                if aim is not None and (found is not None or exhaustive or 4 * spent >= 3 * max_nodes):
+                    break  # on to phase two, with a quarter of the budget: LOAD is usually reachable
                 if found is None:
                     discrepancies += 1
     except _OutOfBudget:
