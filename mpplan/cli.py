@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(verify)
     verify.set_defaults(func=cmd_verify)
 
+    report = verbs.add_parser("report", help="Markdown (and HTML) report with figures for a plan or a search")
+    report.add_argument("source", help="plan.json, or a folder holding plan.json or a search's results.jsonl")
+    report.add_argument("--html", action="store_true", help="also write report.html")
+    report.set_defaults(func=cmd_report)
+
     export = verbs.add_parser("export", help="print a plan's placement as an accelerate device_map or split points")
     export.add_argument("plan", help="plan.json")
     export.add_argument("--format", required=True, choices=("accelerate", "split-points"))
@@ -107,12 +112,58 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "this plan": result.max_peak_bytes,
     }
     print(plan_text(result, baselines))
-    print(f"\nplan written to {path} (verified)")
+    report = _write_plan_report(graph, result, out, baselines)
+    print(f"\nplan written to {path} (verified); report: {report}")
     misfits = result.misfits
     if misfits:
         name, missing = max(misfits, key=lambda m: m[1])
         print(f"mpplan: error: device {name} needs {missing} bytes more than its capacity", file=sys.stderr)
         return 3
+    return 0
+
+
+def _write_plan_report(graph: Graph, plan, out: Path, baselines: dict[str, int], **extra) -> Path:
+    from mpplan.plan import write_json_atomic
+    from mpplan.report import write_report
+    from mpplan.timeline import timeline
+
+    line = timeline(graph, plan)
+    write_json_atomic(line.to_dict(), out / "timeline.json")
+    write_json_atomic(baselines, out / "baselines.json")
+    return write_report(out, plan, timeline=line, baselines=baselines, **extra)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from mpplan.plan import load_plan
+    from mpplan.report import write_report
+    from mpplan.timeline import Timeline
+
+    source = Path(args.source)
+    folder = source if source.is_dir() else source.parent
+    results = None
+    if (folder / "results.jsonl").is_file():
+        results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
+        plan_path = folder / "best" / "plan.json"
+    else:
+        plan_path = source if source.is_file() else folder / "plan.json"
+    plan = load_plan(plan_path)
+    here = plan_path.parent
+
+    def optional(name: str):
+        path = here / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    timeline_data = optional("timeline.json")
+    path = write_report(
+        folder,
+        plan,
+        timeline=Timeline.from_dict(timeline_data) if timeline_data else None,
+        measurement=optional("measurement.json"),
+        baselines=optional("baselines.json"),
+        results=results,
+        html=args.html,
+    )
+    print(f"report written to {path}" + (f" and {path.with_suffix('.html')}" if args.html else ""))
     return 0
 
 

@@ -1,11 +1,14 @@
-"""Tables users read: plain-text rendering of plans and graph summaries."""
+"""What users read: terminal tables, and Markdown/HTML reports with PNG figures."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from html import escape
+from pathlib import Path
+from typing import Any, Sequence
 
 from mpplan.plan import Plan
 from mpplan.summary import GraphSummary
+from mpplan.timeline import Timeline
 from mpplan.units import format_size
 
 
@@ -63,3 +66,134 @@ def plan_text(plan: Plan, baselines: dict[str, int]) -> str:
 
 def _bytes(n: int) -> str:
     return f"{format_size(n)} ({n})"
+
+
+# --- written reports -------------------------------------------------------------------------
+
+
+def write_report(
+    out: Path,
+    plan: Plan,
+    *,
+    timeline: Timeline | None = None,
+    measurement: dict[str, Any] | None = None,
+    results: Sequence[dict[str, Any]] | None = None,
+    baselines: dict[str, int] | None = None,
+    html: bool = False,
+) -> Path:
+    """Write ``report.md`` (and ``report.html``) with PNG figures into ``out``; return the Markdown path."""
+    from mpplan import figures
+
+    out.mkdir(parents=True, exist_ok=True)
+    measured = {d["name"]: d["measured_peak_bytes"] for d in (measurement or {}).get("devices", [])}
+    sections = [f"# mpplan report: {plan.graph_name}", _plan_markdown(plan)]
+    images: list[tuple[str, str]] = []
+    if timeline is not None:
+        figures.memory_timeline(timeline, out / "memory_timeline.png", measured or None)
+        images.append(("Memory over the schedule", "memory_timeline.png"))
+    figures.device_bars(plan, out / "devices.png", measured or None)
+    images.append(("Memory per device", "devices.png"))
+    if baselines:
+        sections.append("## Baselines (one device)\n\n" + _md_table(("baseline", "peak"), [(k, _bytes(v)) for k, v in baselines.items()]))
+    if measurement:
+        sections.append(_measurement_markdown(measurement))
+    if results:
+        figures.candidates(results, out / "candidates.png")
+        images.append(("Search candidates: memory against step time", "candidates.png"))
+        sections.append(_results_markdown(results))
+    sections += [f"## {title}\n\n![{title}]({name})" for title, name in images]
+    text = "\n\n".join(sections) + "\n"
+    path = out / "report.md"
+    path.write_text(text)
+    if html:
+        (out / "report.html").write_text(_html(text))
+    return path
+
+
+def _plan_markdown(plan: Plan) -> str:
+    copies_in = {d.name: 0 for d in plan.devices}
+    for c in plan.copies:
+        copies_in[c.dst] += c.bytes
+    rows = [
+        (d.name, _bytes(d.static_bytes), _bytes(d.arena_bytes), _bytes(copies_in[d.name]), _bytes(d.peak_bytes),
+         _bytes(d.lower_bound_bytes), _bytes(d.capacity_bytes),
+         f"{100 * d.peak_bytes / d.capacity_bytes:.1f}%" if d.capacity_bytes else "-")
+        for d in plan.devices
+    ]
+    table = _md_table(("device", "static", "arena", "copies in", "peak", "lower bound", "capacity", "used"), rows)
+    placement = plan.settings.get("placement_chosen", "single")
+    lines = [
+        f"Graph hash `{plan.graph_hash}`, {len(plan.schedule)} steps, placement **{placement}**, "
+        f"cross-device bytes per step {_bytes(plan.cross_device_bytes)}, predicted peak {_bytes(plan.max_peak_bytes)}.",
+    ]
+    if plan.remat:
+        lines.append(f"Recomputed {len(plan.remat)} tensors; compute overhead {100 * plan.compute_overhead:.1f}%.")
+    return "## Plan\n\n" + "\n".join(lines) + "\n\n" + table
+
+
+def _measurement_markdown(m: dict[str, Any]) -> str:
+    rows = [
+        (d["name"], _bytes(d["predicted_peak_bytes"]), _bytes(d["measured_peak_bytes"]),
+         f"{d.get('error_pct', 0.0):+.2f}%")
+        for d in m.get("devices", [])
+    ]
+    eager = m.get("eager", {})
+    eager_rows = [(d["name"], _bytes(d["measured_peak_bytes"])) for d in eager.get("devices", [])]
+    numerics = m.get("numerics", {})
+    text = "## Measured\n\n" + _md_table(("device", "predicted peak", "measured peak", "error"), rows)
+    text += f"\n\nStep time {m.get('step_time_s', float('nan')):.4f} s (eager {eager.get('step_time_s', float('nan')):.4f} s)."
+    if eager_rows:
+        text += "\n\nEager PyTorch:\n\n" + _md_table(("device", "measured peak"), eager_rows)
+    text += f"\n\nNumerics: {'ok' if numerics.get('ok') else 'MISMATCH'}, max abs diff {numerics.get('max_abs_diff')}"
+    if numerics.get("first_bad_op"):
+        text += f", first bad op `{numerics['first_bad_op']}`"
+    return text
+
+
+def _results_markdown(results: Sequence[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
+    rows = [
+        (r.get("key", "")[:10], r.get("status", ""), _bytes(r["peak_bytes"]) if r.get("peak_bytes") is not None else "-",
+         f"{r['step_time_s']:.4f}" if r.get("step_time_s") is not None else "-", r.get("label", ""))
+        for r in results
+    ]
+    summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    return f"## Search candidates ({summary})\n\n" + _md_table(("key", "status", "peak", "step time (s)", "settings"), rows)
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def _html(markdown: str) -> str:
+    """A self-contained HTML rendering of the report's Markdown subset (headings, tables, images, text)."""
+    body: list[str] = []
+    table: list[str] = []
+
+    def flush() -> None:
+        if table:
+            head, *rest = [[c.strip() for c in row.strip("|").split("|")] for row in table if not set(row) <= set("|-")]
+            cells = "".join(f"<th>{escape(c)}</th>" for c in head)
+            rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rest)
+            body.append(f"<table><tr>{cells}</tr>{rows}</table>")
+            table.clear()
+
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.startswith("!["):
+            alt, src = line[2:].split("](", 1)
+            body.append(f'<img alt="{escape(alt)}" src="{escape(src.rstrip(")"))}">')
+        elif line.strip():
+            body.append(f"<p>{escape(line)}</p>")
+    flush()
+    style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}"
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>mpplan report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"

@@ -1,0 +1,123 @@
+"""PNG figures for reports (matplotlib, headless Agg backend, imported on first use)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from mpplan.plan import Plan
+from mpplan.timeline import Timeline
+
+_GIB = 2**30
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _unit(max_bytes: float) -> tuple[float, str]:
+    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if max_bytes >= scale:
+            return scale, name
+    return 1, "B"
+
+
+def memory_timeline(timeline: Timeline, path: Path, measured: dict[str, int] | None = None) -> Path:
+    """Per device: static, live activations and copies stacked over the schedule, with the
+    planned peak (static + arena) and the capacity as lines, and the measured peak when known."""
+    plt = _pyplot()
+    count = len(timeline.devices)
+    fig, axes = plt.subplots(count, 1, figsize=(10, 2.8 * count), squeeze=False, sharex=True)
+    top = max(max(d.capacity_bytes, d.static_bytes + d.arena_bytes) for d in timeline.devices)
+    scale, unit = _unit(top)
+    steps = list(range(len(timeline.steps)))
+    for ax, dev in zip(axes[:, 0], timeline.devices):
+        static = [dev.static_bytes / scale] * len(steps)
+        acts = [a / scale for a in dev.activations]
+        copies = [c / scale for c in dev.copies]
+        ax.stackplot(steps, static, acts, copies, labels=("static", "activations", "copies in"),
+                     colors=("#9aa5b1", "#3b82f6", "#f59e0b"), step="post")
+        ax.axhline((dev.static_bytes + dev.arena_bytes) / scale, color="#111827", lw=1.2, ls="--",
+                   label="planned peak (static + arena)")
+        ax.axhline(dev.capacity_bytes / scale, color="#dc2626", lw=1.2, label="capacity")
+        if measured and dev.name in measured:
+            ax.axhline(measured[dev.name] / scale, color="#16a34a", lw=1.2, ls=":", label="measured peak")
+        ax.set_title(f"{dev.name}")
+        ax.set_ylabel(unit)
+        ax.set_ylim(0, top / scale * 1.08)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[-1, 0].set_xlabel("schedule step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def device_bars(plan: Plan, path: Path, measured: dict[str, int] | None = None) -> Path:
+    """Device-by-device bars: static, arena, capacity (and measured peak)."""
+    plt = _pyplot()
+    names = [d.name for d in plan.devices]
+    top = max(max(d.capacity_bytes, d.peak_bytes) for d in plan.devices)
+    scale, unit = _unit(top)
+    fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(names) + 2), 3.6))
+    xs = range(len(names))
+    static = [d.static_bytes / scale for d in plan.devices]
+    arena = [d.arena_bytes / scale for d in plan.devices]
+    ax.bar(xs, static, color="#9aa5b1", label="static")
+    ax.bar(xs, arena, bottom=static, color="#3b82f6", label="arena")
+    ax.scatter(xs, [d.capacity_bytes / scale for d in plan.devices], marker="_", s=900, color="#dc2626",
+               label="capacity", zorder=3)
+    if measured:
+        ax.scatter(xs, [measured.get(n, 0) / scale for n in names], marker="o", color="#16a34a",
+                   label="measured peak", zorder=4)
+    ax.set_xticks(list(xs), names)
+    ax.set_ylabel(unit)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def candidates(results: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Search candidates as peak memory against step time, the Pareto front drawn, misfits marked."""
+    plt = _pyplot()
+    ok = [(r["peak_bytes"], r["step_time_s"]) for r in results if r.get("status") == "ok"
+          and r.get("peak_bytes") is not None and r.get("step_time_s") is not None]
+    misfit = [r["peak_bytes"] for r in results if r.get("status") != "ok" and r.get("peak_bytes") is not None]
+    top = max([p for p, _ in ok] + misfit + [1])
+    scale, unit = _unit(top)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    if ok:
+        ax.scatter([t for _, t in ok], [p / scale for p, _ in ok], color="#3b82f6", label="measured")
+        front = pareto_front(ok)
+        ax.plot([t for _, t in front], [p / scale for p, _ in front], color="#111827", lw=1.2,
+                drawstyle="steps-post", label="Pareto front")
+    if misfit:
+        x = max([t for _, t in ok], default=1.0) * 1.05
+        ax.scatter([x] * len(misfit), [p / scale for p in misfit], marker="x", color="#dc2626",
+                   label="misfit / failed (predicted peak)")
+    ax.set_xlabel("step time (s)")
+    ax.set_ylabel(f"peak memory ({unit})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pareto_front(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The (peak, time) points no other point beats in both, by increasing time."""
+    front: list[tuple[int, float]] = []
+    for peak, time in sorted(points, key=lambda p: (p[1], p[0])):
+        if not front or peak < front[-1][0]:
+            front.append((peak, time))
+    return front

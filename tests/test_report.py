@@ -1,0 +1,93 @@
+"""Reports: figures are real pictures (opened and checked not blank), tables carry the plan's numbers."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import chain
+from mpplan.cli import main
+from mpplan.config import Device
+from mpplan.figures import pareto_front
+from mpplan.planner import PlannerSettings, plan
+from mpplan.report import write_report
+from mpplan.timeline import Timeline, timeline
+
+matplotlib = pytest.importorskip("matplotlib")
+
+
+def assert_picture(path, min_size=(300, 200)):
+    import matplotlib.image as mpimg
+
+    assert path.is_file() and path.stat().st_size > 5_000
+    pixels = mpimg.imread(path)
+    height, width = pixels.shape[:2]
+    assert width >= min_size[0] and height >= min_size[1]
+    assert float(pixels[..., :3].std()) > 0.01, f"{path.name} is blank"
+
+
+def test_timeline_matches_the_plan():
+    graph = chain(20, nbytes=100)
+    p = plan(graph, [Device("g0", 1 << 20), Device("g1", 1 << 20)], PlannerSettings(placement="pipeline", alignment=1))
+    line = timeline(graph, p)
+    assert len(line.steps) == len(p.schedule)
+    for dev, dp in zip(line.devices, p.devices):
+        live = max(a + c for a, c in zip(dev.activations, dev.copies))
+        assert dp.static_bytes + live == dp.lower_bound_bytes
+        assert sum(dev.copies) > 0 or not any(c.dst == dev.name for c in p.copies)
+    assert Timeline.from_dict(json.loads(json.dumps(line.to_dict()))) == line
+
+
+def test_report_with_measurement_and_search_results(tmp_path):
+    graph = chain(12, nbytes=1 << 20)
+    p = plan(graph, [Device("g0", 64 << 20), Device("g1", 64 << 20)], PlannerSettings(placement="pipeline"))
+    measurement = {
+        "devices": [
+            {"name": d.name, "predicted_peak_bytes": d.peak_bytes, "measured_peak_bytes": d.peak_bytes, "error_pct": 0.0}
+            for d in p.devices
+        ],
+        "eager": {"devices": [{"name": "g0", "measured_peak_bytes": 20 << 20}], "step_time_s": 0.02},
+        "step_time_s": 0.03,
+        "numerics": {"ok": True, "max_abs_diff": 0.0, "first_bad_op": None},
+    }
+    results = [
+        {"key": "a", "status": "ok", "peak_bytes": 10 << 20, "step_time_s": 0.3},
+        {"key": "b", "status": "ok", "peak_bytes": 8 << 20, "step_time_s": 0.5},
+        {"key": "c", "status": "ok", "peak_bytes": 12 << 20, "step_time_s": 0.6},
+        {"key": "d", "status": "predicted_misfit", "peak_bytes": 90 << 20, "step_time_s": None},
+    ]
+    path = write_report(tmp_path, p, timeline=timeline(graph, p), measurement=measurement, results=results, html=True)
+    text = path.read_text()
+    assert "| g0 |" in text and "Measured" in text and "predicted_misfit: 1" in text
+    for name in ("memory_timeline.png", "devices.png", "candidates.png"):
+        assert f"]({name})" in text
+        assert_picture(tmp_path / name)
+    html = (tmp_path / "report.html").read_text()
+    assert "<table>" in html and 'src="memory_timeline.png"' in html
+
+
+def test_pareto_front():
+    points = [(10, 0.3), (8, 0.5), (12, 0.6), (5, 0.9), (9, 0.95)]
+    assert pareto_front(points) == [(10, 0.3), (8, 0.5), (5, 0.9)]
+
+
+def test_plan_writes_report_and_report_verb_rebuilds_it(capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            model: {synthetic: {kind: chain, n: 30}}
+            devices: [{count: 2, capacity: 1GiB}]
+            planner: {placement: pipeline}
+            """
+        )
+    )
+    out = tmp_path / "out"
+    assert main(["plan", str(config), "--out", str(out)]) == 0
+    assert_picture(out / "memory_timeline.png")
+    (out / "report.md").unlink()
+    assert main(["report", str(out / "plan.json"), "--html"]) == 0
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert "report written to" in capsys.readouterr().out
