@@ -188,10 +188,9 @@ class SegmentCost:
     profile is one vector difference; only storages crossing units are walked.
     """
 
-    def __init__(self, graph: Graph, order: Sequence[int], unit_of_op: Sequence[int]) -> None:
+    def __init__(self, graph: Graph, order: Sequence[int], unit_of_op: Sequence[int], num_units: int) -> None:
         topo = graph.topology
         steps = len(order)
-        num_units = max(unit_of_op, default=-1) + 1
         spans: dict[int, dict[int, tuple[int, int]]] = {}
         for step, k in enumerate(order):
             u = unit_of_op[k]
@@ -334,7 +333,7 @@ def place_pipeline(
         return place_single(graph, devices[0])
     unit_anchor = {k: str(u) for u, run in enumerate(units) for k in run}
     unit_of_op = [int(x) for x in complete(graph, order, unit_anchor)]
-    coster = SegmentCost(graph, order, unit_of_op)
+    coster = SegmentCost(graph, order, unit_of_op, len(units))
     starts = list(partition(len(units), [capacities[d] for d in devices], coster))
 
     def placement_for(cuts: Sequence[int]) -> tuple[str, ...]:
