@@ -224,18 +224,27 @@ class CapturedProgram:
 
     def run_op(self, op: str, env: MutableMapping[str, Any]) -> None:
         """Run IR op ``op`` on the values in ``env`` (keyed by fx node name) and store its results there."""
-        node = self.nodes[self.op_nodes[op]]
-        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: env[n.name])
+        self.run_node(self.op_nodes[op], env)
+
+    def run_node(self, name: str, env: MutableMapping[str, Any], keys: Mapping[str, str] = MappingProxyType({})) -> None:
+        """Run fx node ``name`` on the values in ``env`` and store its results there.
+
+        ``keys`` renames fx node names to env keys, for reads and writes alike: a
+        recompute reruns its original's node but keeps its results apart from the
+        original's, and its late readers read them from there.
+        """
+        node = self.nodes[name]
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: env[keys.get(n.name, n.name)])
         result = node.target(*args, **kwargs)  # type: ignore[operator]
         paths = self._getitems[node.name]
         if not paths:
-            env[node.name] = result
+            env[keys.get(node.name, node.name)] = result
             return
-        for name, path in paths:
+        for item, path in paths:
             value = result
             for i in path:
                 value = value[i]
-            env[name] = value
+            env[keys.get(item, item)] = value
 
     def bind(self, module: torch.nn.Module, example_inputs: Any) -> dict[str, Any]:
         """Initial ``env`` for ``run_op``: each source's real value, keyed by fx node name.

@@ -1,0 +1,204 @@
+"""``apply``: run a model with a plan's placement inside an ordinary training loop.
+
+``apply(model, plan, example_inputs)`` returns a ``PlannedModule`` wrapping
+``model``; ``out = m(*inputs)``, ``loss.backward()`` and ``optimizer.step()`` on
+``m.parameters()`` (the model's own parameters) work as usual.  Unlike accelerate's
+``dispatch_model`` it trains: every device move is an autograd-visible ``Tensor.to``.
+
+What it does, from the plan and the captured graph:
+
+* every parameter and buffer moves (``param.data``, so optimizers keep working) to
+  the home device of its storage: the device of the ops that use or update it;
+* every submodule that runs ops of its own runs on the device the plan gave the
+  first of its forward ops that computes (not just a view): a forward pre-hook
+  moves its tensor inputs there;
+* while the wrapped forward runs, a ``TorchFunctionMode`` moves the arguments of
+  any call that mixes devices (a residual add across a cut, a tied weight read on a
+  second device) to the device of the innermost running submodule: the plan's
+  cross-device copies, done differentiably, so their gradients flow back;
+* backward ops run where autograd runs them, on their forward op's device, which
+  is the rule the planner places backward ops by; gradients and optimizer state
+  live with their parameter, as planned.
+
+What it does not honour: the plan's op order, its frees, arenas and offsets
+(memory is eager autograd's: saved tensors and the caching allocator), recompute,
+and cuts that fall inside one submodule's own code (those ops follow the
+submodule's first op).  ``evaluate`` is the faithful, measured execution; ``apply``
+is the plan's placement in a loop a user already has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from mpplan.capture.torch_capture import OptimizerSpec, SourceRole
+from mpplan.plan import Plan
+from mpplan.runtime.devices import DevicesArg, map_devices
+from mpplan.runtime.schedule import compile_schedule
+from mpplan.runtime.trace import capture_for
+
+__all__ = ["PlannedModule", "apply", "module_devices"]
+
+
+def apply(
+    model: torch.nn.Module,
+    plan: Plan,
+    example_inputs: Any,
+    *,
+    mode: str = "train",
+    optimizer: str | OptimizerSpec | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    devices: DevicesArg = None,
+) -> PlannedModule:
+    """Place ``model`` as ``plan`` says and return it wrapped for an ordinary loop.
+
+    ``mode``, ``optimizer`` and ``loss_fn`` must be what the plan's graph was captured
+    with (the graph hash is checked).  ``model``'s parameters and buffers are moved in
+    place; ``PlannedModule.remove()`` takes the hooks off again.
+    """
+    device_map = map_devices([d.name for d in plan.devices], devices)
+    program = capture_for(
+        model, example_inputs, device_map.torch_device(plan.devices[0].name), mode=mode, optimizer=optimizer,
+        loss_fn=loss_fn,
+    )
+    schedule = compile_schedule(program, plan)
+    placed = schedule.placed
+    topo = placed.graph.topology
+    homes: dict[str, str] = {}
+    for src in program.sources:
+        if src.role in (SourceRole.PARAM, SourceRole.BUFFER):
+            s = topo.storage_of[topo.tensor_index[src.tensor]]
+            homes[src.key] = placed.storage_device[s]
+    per_module = module_devices(program, schedule)
+    return PlannedModule(
+        model,
+        {k: str(device_map.torch_device(d)) for k, d in homes.items()},
+        {m: str(device_map.torch_device(d)) for m, d in per_module.items()},
+        planned={m: d for m, d in per_module.items()},
+    )
+
+
+def module_devices(program: Any, schedule: Any) -> dict[str, str]:
+    """Submodule path (``""`` for the root) -> planned device of the first forward op it runs itself.
+
+    Ops that only make views are skipped when the module has others: the copy pass
+    runs a view where its base lives (``t`` of a tied weight sits with the
+    embedding), which says nothing about where the module computes.
+    """
+    graph = schedule.graph
+    computing: dict[str, str] = {}
+    viewing: dict[str, str] = {}
+    for step in schedule.steps:
+        if step.copy is not None or program.op_phases.get(step.op) != "forward":
+            continue
+        op = graph.op(step.op)
+        module = op.module or ""
+        pure_view = bool(op.outputs) and all(
+            graph.tensor(t).alias_of is not None and t not in op.inputs for t in op.outputs
+        )
+        (viewing if pure_view else computing).setdefault(module, step.device)
+    return {**viewing, **computing}
+
+
+class PlannedModule(torch.nn.Module):
+    """``module`` with its parameters placed and its submodules pinned to devices (see ``apply``).
+
+    ``param_devices`` maps parameter and buffer FQNs to torch devices,
+    ``module_devices`` submodule paths to torch devices, ``planned`` submodule paths
+    to planned device names (for reports).
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        param_devices: Mapping[str, str],
+        module_devices: Mapping[str, str],
+        *,
+        planned: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.param_devices = MappingProxyType(dict(param_devices))
+        self.module_devices = MappingProxyType(dict(module_devices))
+        self.planned = MappingProxyType(dict(planned or {}))
+        self._stack: list[torch.device] = []
+        self._handles: list[Any] = []
+        self._place_state()
+        self._install_hooks()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        root = self.module_devices.get("")
+        if root is not None:
+            args, kwargs = _to_device((args, kwargs), torch.device(root))
+        with self._mixed_device_moves():
+            return self.module(*args, **kwargs)
+
+    def remove(self) -> None:
+        """Take the hooks off (parameters stay where they are)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _place_state(self) -> None:
+        with torch.no_grad():
+            for name, param in self.module.named_parameters():
+                target = self.param_devices.get(name)
+                if target is not None and param.device != torch.device(target):
+                    param.data = param.data.to(target)
+            for path, owner in self.module.named_modules():
+                for key, buf in list(owner._buffers.items()):
+                    fqn = f"{path}.{key}" if path else key
+                    target = self.param_devices.get(fqn)
+                    if buf is not None and target is not None and buf.device != torch.device(target):
+                        owner._buffers[key] = buf.to(target)
+
+    def _install_hooks(self) -> None:
+        for path, sub in self.module.named_modules():
+            device = self.module_devices.get(path)
+            if device is None:
+                continue
+            self._handles.append(sub.register_forward_pre_hook(self._enter(torch.device(device)), with_kwargs=True))
+            self._handles.append(sub.register_forward_hook(self._leave, always_call=True))
+
+    def _enter(self, device: torch.device) -> Callable[..., Any]:
+        def hook(_module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+            self._stack.append(device)
+            return _to_device((args, kwargs), device)
+
+        return hook
+
+    def _leave(self, _module: torch.nn.Module, _args: Any, _output: Any) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    @contextmanager
+    def _mixed_device_moves(self) -> Iterator[None]:
+        with _MixedDeviceMode(self._stack):
+            yield
+
+
+class _MixedDeviceMode(TorchFunctionMode):
+    """Move the tensor arguments of a call that mixes devices to the innermost running submodule's device."""
+
+    def __init__(self, stack: list[torch.device]) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.stack:
+            found = {t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.dim() > 0}
+            if len(found) > 1:
+                args, kwargs = _to_device((args, kwargs), self.stack[-1])
+        return func(*args, **kwargs)
+
+
+def _to_device(values: Any, device: torch.device) -> Any:
+    return pytree.tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v, values)

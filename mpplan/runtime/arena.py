@@ -1,0 +1,128 @@
+"""Planned memory: one ``uint8`` arena per device, typed views at planned offsets, out= variants.
+
+In arena mode every dynamic storage of the plan is backed by a view of its device's
+arena at ``plan.buffers[name].offset``, reinterpreted with the tensor's dtype, shape
+and strides (those the traced fake value had, so later view ops see the layout the
+graph was captured with).  An op writes its fresh outputs straight into those views
+through its ``out=`` overload when ATen has one (``out_variant``); otherwise the
+executor computes the result and copies it in, and counts the copy's source as
+transient memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mpplan.errors import PlanError
+
+__all__ = ["Layout", "OutVariant", "arena_view", "layout_of", "out_variant", "region_bytes"]
+
+#: Keyword arguments of factory functions that an ``out=`` overload takes from ``out`` instead.
+_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How a tensor looks in memory: shape, strides (elements), storage offset and dtype."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    dtype: torch.dtype
+
+    @property
+    def span_bytes(self) -> int:
+        """Bytes from the first to one past the last element the layout addresses."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        last = sum((n - 1) * st for n, st in zip(self.shape, self.stride))
+        return (self.storage_offset + last + 1) * self.dtype.itemsize
+
+
+def layout_of(tensor: torch.Tensor) -> Layout:
+    """The layout of a real or fake tensor."""
+    return Layout(tuple(int(s) for s in tensor.shape), tuple(int(s) for s in tensor.stride()),
+                  int(tensor.storage_offset()), tensor.dtype)
+
+
+def arena_view(arena: torch.Tensor, offset: int, layout: Layout, *, where: str) -> torch.Tensor:
+    """A tensor with ``layout`` whose storage is ``arena`` starting at byte ``offset``.
+
+    ``where`` names the tensor for errors: an offset not aligned to the dtype, or a
+    layout reaching past the arena, is a plan the executor cannot honour.
+    """
+    itemsize = layout.dtype.itemsize
+    if offset % itemsize:
+        raise PlanError(f"{where}: offset {offset} is not a multiple of the {layout.dtype} element size {itemsize}")
+    if offset + layout.span_bytes > arena.numel():
+        raise PlanError(
+            f"{where}: offset {offset} + {layout.span_bytes} bytes runs past the {arena.numel()}-byte arena"
+        )
+    view = torch.empty((0,), dtype=layout.dtype, device=arena.device)
+    view.set_(arena.untyped_storage(), offset // itemsize + layout.storage_offset, layout.shape, layout.stride)
+    return view
+
+
+def region_bytes(tensor: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """``nbytes`` raw bytes of ``tensor``'s storage starting at its first element, as ``uint8``."""
+    start = tensor.storage_offset() * tensor.element_size()
+    view = torch.empty((0,), dtype=torch.uint8, device=tensor.device)
+    view.set_(tensor.untyped_storage(), start, (nbytes,), (1,))
+    return view
+
+
+@dataclass(frozen=True, slots=True)
+class OutVariant:
+    """The ``out=`` overload of a functional ATen op and the names of its out arguments, in return order."""
+
+    overload: Any
+    out_names: tuple[str, ...]
+
+    def call(self, args: Sequence[Any], kwargs: dict[str, Any], outs: Sequence[torch.Tensor]) -> Any:
+        kept = {k: v for k, v in kwargs.items() if k not in _TENSOR_OPTIONS or k in self._accepted}
+        kept.update(zip(self.out_names, outs))
+        return self.overload(*args, **kept)
+
+    @property
+    def _accepted(self) -> frozenset[str]:
+        return frozenset(a.name for a in self.overload._schema.arguments)
+
+
+def out_variant(func: Any) -> OutVariant | None:
+    """The ``out=`` overload computing the same thing as ``func``, if ATen has one.
+
+    It must take exactly ``func``'s arguments (by name and type; factory options such
+    as ``dtype`` and ``device`` may be left to ``out``) plus one keyword-only out
+    tensor per return, and every return of ``func`` must be a plain ``Tensor``.
+    """
+    schema = getattr(func, "_schema", None)
+    packet = getattr(func, "overloadpacket", None)
+    if schema is None or packet is None or not schema.returns:
+        return None
+    if any(str(r.type) != "Tensor" or r.alias_info is not None for r in schema.returns):
+        return None
+    wanted = [_signature(a) for a in schema.arguments]
+    wanted_core = [_signature(a) for a in schema.arguments if not (a.kwarg_only and a.name in _TENSOR_OPTIONS)]
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        arguments = candidate._schema.arguments
+        outs = [a for a in arguments if _is_out(a)]
+        if len(outs) != len(schema.returns) or candidate is func:
+            continue
+        rest = [_signature(a) for a in arguments if not _is_out(a)]
+        if rest == wanted or rest == wanted_core:
+            return OutVariant(candidate, tuple(a.name for a in outs))
+    return None
+
+
+def _is_out(argument: Any) -> bool:
+    return bool(argument.kwarg_only and argument.alias_info is not None and argument.alias_info.is_write)
+
+
+def _signature(argument: Any) -> tuple[str, str, bool]:
+    write = argument.alias_info is not None and argument.alias_info.is_write
+    return argument.name, str(argument.type), write

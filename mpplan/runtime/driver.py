@@ -1,0 +1,68 @@
+"""``run_config``: build, capture, plan and evaluate a config's PyTorch model (``mpplan run``).
+
+The model is built for real on CPU (``build_torch_model``) with the config's
+seeded example inputs, captured on fake tensors for the torch device the first
+planned device runs on (GPU kernels differ from CPU ones), planned with the
+config's planner settings over its devices, and evaluated; ``RunResult.measurement.to_dict()`` is
+``measurement.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mpplan.capture import build_torch_model
+from mpplan.config import Config, resolve_devices
+from mpplan.errors import ConfigError
+from mpplan.plan import Plan
+from mpplan.planner import PlannerSettings, plan
+from mpplan.runtime.devices import DevicesArg, map_devices
+from mpplan.runtime.evaluate import evaluate_program
+from mpplan.runtime.measure import Measurement
+from mpplan.runtime.trace import capture_for
+
+__all__ = ["RunResult", "run_config"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The plan that ran and what running it measured."""
+
+    plan: Plan
+    measurement: Measurement
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "measurement": self.measurement.to_dict()}
+
+
+def run_config(
+    config: Config,
+    *,
+    arena: bool = True,
+    steps: int = 3,
+    warmup: int = 1,
+    devices: DevicesArg = None,
+    eager: bool = True,
+    seed: int = 0,
+) -> RunResult:
+    """Plan ``config``'s torch model and execute the plan (see ``evaluate`` for the arguments)."""
+    spec = config.model.torch
+    if spec is None:
+        raise ConfigError(
+            f"{config.source}: model: running a plan needs model.torch; graph files and synthetic graphs "
+            "have no tensors to execute"
+        )
+    model, inputs = build_torch_model(config, device="cpu", seed=seed)
+    optimizer = None if spec.optimizer == "none" else spec.optimizer
+    targets = resolve_devices(config)
+    device_map = map_devices([d.name for d in targets], devices)
+    program = capture_for(
+        model, inputs, device_map.torch_device(targets[0].name), mode=spec.mode, optimizer=optimizer, loss_fn=None
+    )
+    planned = plan(program.graph, targets, PlannerSettings.from_config(config.planner))
+    measurement = evaluate_program(
+        program, planned, model, inputs, steps=steps, warmup=warmup, arena=arena, devices=device_map.to_dict(),
+        eager=eager, seed=seed,
+    )
+    return RunResult(planned, measurement)

@@ -1,0 +1,403 @@
+"""Run a compiled plan op by op on real tensors: planned devices, copies, frees, optional arenas.
+
+An ``Executor`` owns the run's state: the program's sources (parameters, buffers,
+inputs, optimizer state, constants), each cloned onto the home device of its
+storage with a storage of exactly its size; the parameter gradients, resident
+across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
+``run_step`` executes the schedule once:
+
+* each op runs through ``CapturedProgram.run_node`` against an env of fx values; an
+  op on device ``d`` sees ``d``'s *overlay* first, where copies put their values
+  under the fx names of the tensor they copied, so consumers on ``d`` read the copy;
+* a copy replicates the copied tensor's root storage bytes on the destination (the
+  plan's ``copy.bytes``) and lays a tensor over them as the source lies over its
+  root (``Tensor.copy_``, non-blocking between GPUs).  Not ``Tensor.to``: that
+  would copy only a view's elements, not the bytes the plan accounts for, and
+  could not land at the copy's planned arena offset;
+* after step ``k`` every storage whose last touching step is ``k`` is released: the
+  fx values of all its aliases leave the env, so the memory really goes;
+* in arena mode a dispatch mode redirects the op's ATen call to its ``out=`` overload
+  writing into the planned arena views (or computes and copies in, counting the
+  result as transient), and factory ops get the op's device.
+
+Every storage created is registered with a ``StorageMeter`` under the planned device
+of the op that made it, so per-device peaks are measured, not assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mpplan.capture.torch_capture import SourceRole
+from mpplan.errors import PlanError
+from mpplan.runtime.arena import Layout, arena_view, layout_of, region_bytes
+from mpplan.runtime.devices import DeviceMap
+from mpplan.runtime.schedule import Schedule, Step, Target, flatten, unflatten
+from mpplan.runtime.tracking import StorageMeter
+
+__all__ = ["Executor", "StepValues", "Trace"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class StepValues:
+    """What one step produced: the program's outputs (the loss in train mode) and gradients by parameter.
+
+    These are the executor's own tensors: in arena mode outputs are views of the
+    arena and gradients the resident gradient buffers, valid until the next step;
+    holding them across a step keeps memory alive that the next step's measurement
+    will count.
+    """
+
+    outputs: tuple[Any, ...]
+    grads: Mapping[str, torch.Tensor]
+    copied_bytes: int
+    transient_bytes: int
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One executed step, for lock-step comparison: input values before it ran, result values after."""
+
+    step: Step
+    reads: Mapping[str, torch.Tensor]
+    writes: Mapping[str, torch.Tensor]
+
+
+class Executor:
+    """Execute ``schedule`` on ``device_map``'s devices, from ``model``'s state and ``example_inputs``."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        model: torch.nn.Module,
+        example_inputs: Any,
+        device_map: DeviceMap,
+        *,
+        arena: bool,
+        meter: StorageMeter | None = None,
+    ) -> None:
+        self.schedule = schedule
+        self.program = schedule.program
+        self.device_map = device_map
+        self.arena = arena
+        self.meter = meter or StorageMeter()
+        self._mode = _ExecMode(self.meter)
+        self._sources = self._bind_sources(model, example_inputs)
+        self._arenas = self._make_arenas() if arena else {}
+        self._static = self._make_static_buffers() if arena else {}
+        self._buffers = self._target_buffers() if arena else {}
+        self._carry = self._initial_grads()
+        self._grad_nodes = dict(zip(self.program.grads, self.program.output_nodes[1:]))
+
+    # ---- state ----------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Parameters and buffers by FQN, as they are now (updated in place by optimizer steps)."""
+        return {
+            src.key: self._sources[src.node]
+            for src in self.program.sources
+            if src.role in (SourceRole.PARAM, SourceRole.BUFFER) and src.node in self._sources
+        }
+
+    def _bind_sources(self, model: torch.nn.Module, example_inputs: Any) -> dict[str, Any]:
+        """Every touched source, cloned onto its home device with a storage of exactly its size."""
+        bound = self.program.bind(model, example_inputs)
+        sources: dict[str, Any] = {}
+        for node, value in bound.items():
+            home = self.schedule.source_homes.get(node)
+            if home is None:
+                continue  # no op touches it: the plan does not count it, so it is not held
+            if isinstance(value, torch.Tensor):
+                with torch.no_grad():
+                    value = _exact_clone(value, self.device_map.torch_device(home))
+                self.meter.register(value, home, pinned=True)
+            sources[node] = value
+        return sources
+
+    def _make_arenas(self) -> dict[str, torch.Tensor]:
+        arenas = {}
+        for d in self.schedule.plan.devices:
+            arenas[d.name] = torch.empty(d.arena_bytes, dtype=torch.uint8, device=self.device_map.torch_device(d.name))
+            self.meter.register(arenas[d.name], d.name, pinned=True)
+        return arenas
+
+    def _make_static_buffers(self) -> dict[str, torch.Tensor]:
+        """One resident buffer per parameter gradient: the arena executor's ``.grad``."""
+        buffers = {}
+        for root, (device, layout, _nodes) in self.schedule.static_roots.items():
+            buffers[root] = _zeros_like_layout(layout, self.device_map.torch_device(device))
+            self.meter.register(buffers[root], device, pinned=True)
+        return buffers
+
+    def _initial_grads(self) -> dict[str, torch.Tensor]:
+        """Gradients are resident for the whole step (static), so they exist before the first step too."""
+        carry = {}
+        for root, (device, layout, nodes) in self.schedule.static_roots.items():
+            value = self._static[root] if self.arena else _zeros_like_layout(layout, self.device_map.torch_device(device))
+            self.meter.register(value, device)
+            carry[nodes[0]] = value
+        return carry
+
+    def _target_buffers(self) -> dict[int, _Redirect]:
+        """For every step with fresh outputs, the planned tensors they are written into."""
+        plan = self.schedule.plan
+        per_step: dict[int, _Redirect] = {}
+        for step in self.schedule.steps:
+            device_type = self.device_map.torch_device(step.device).type
+            targets = tuple(t for t in step.targets if t.device_type == device_type)
+            if not targets:
+                continue
+            views = []
+            for target in targets:
+                if target.static:
+                    views.append(self._static[target.tensor])
+                    continue
+                buffer = plan.buffers.get(target.tensor)
+                if buffer is None:
+                    raise PlanError(f"plan: dynamic tensor {target.tensor!r} (op {step.op!r}) has no buffer")
+                if buffer.device != step.device:
+                    raise PlanError(
+                        f"plan: buffer of {target.tensor!r} is on {buffer.device}, its producer {step.op!r} on {step.device}"
+                    )
+                if buffer.bytes < target.layout.span_bytes:
+                    raise PlanError(
+                        f"plan: buffer of {target.tensor!r} has {buffer.bytes} bytes, the tensor spans "
+                        f"{target.layout.span_bytes}"
+                    )
+                views.append(arena_view(self._arenas[step.device], buffer.offset, target.layout, where=f"buffer {target.tensor!r}"))
+            use_out = step.out is not None and len(targets) == len(step.targets)
+            per_step[step.index] = _Redirect(targets, tuple(views), use_out)
+        return per_step
+
+    # ---- one step -------------------------------------------------------------------------------
+
+    def run_step(self) -> StepValues:
+        """Run the whole schedule once."""
+        gen = self.iter_step(observe=False)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+    def iter_step(self, *, observe: bool) -> Generator[Trace, None, StepValues]:
+        """Run the schedule once, yielding a ``Trace`` after each step when ``observe`` (for lock-step checks).
+
+        The dispatch mode is entered per op, never across a ``yield``, so two
+        executors can be interleaved.
+        """
+        env: dict[str, Any] = dict(self._sources)
+        env.update(self._carry)
+        self._carry = {}
+        overlays: dict[str, dict[str, Any]] = {d: {} for d in self.schedule.devices}
+        copied = transient = 0
+        for step in self.schedule.steps:
+            for name in step.drop_before:
+                env.pop(name, None)
+            view = _DeviceEnv(env, overlays[step.device])
+            reads = _clone_all(view, step.inputs) if observe else {}
+            self.meter.device = step.device
+            self._mode.physical = self.device_map.torch_device(step.device)
+            with torch.no_grad(), self._mode:
+                if step.copy is not None:
+                    copied += self._copy(step, env, overlays[step.device])
+                else:
+                    transient += self._run_op(step, view)
+            for name in step.containers:
+                if isinstance(env.get(name), (list, tuple)):
+                    del env[name]
+            if observe:
+                yield Trace(step, reads, {n: view[n] for n in step.results if n in view} if step.copy is None
+                            else {n: overlays[step.device][n] for n in step.copy.nodes[:1]})
+            for release in step.releases:
+                for name in release.env_nodes:
+                    env.pop(name, None)
+                if release.overlay_device is not None:
+                    overlay = overlays[release.overlay_device]
+                    for name in release.overlay_nodes:
+                        overlay.pop(name, None)
+        self.meter.sample()
+        for _device, _layout, nodes in self.schedule.static_roots.values():
+            for name in nodes:
+                if name in env:
+                    self._carry[name] = env[name]
+        outputs = tuple(env.get(n) if n is not None else None for n in self.program.output_nodes)
+        if self.program.mode == "train":
+            outputs = outputs[:1]
+        grads = {fqn: env[node] for fqn, node in self._grad_nodes.items() if node is not None and node in env}
+        return StepValues(outputs, MappingProxyType(grads), copied, transient)
+
+    def _run_op(self, step: Step, view: _DeviceEnv) -> int:
+        redirect = self._buffers.get(step.index) if self.arena else None
+        job = None if redirect is None else _Job(step, redirect)
+        self._mode.job = job
+        try:
+            assert step.node is not None
+            self.program.run_node(step.node, view, step.keys)
+        finally:
+            self._mode.job = None
+        if job is not None and not job.consumed:
+            raise RuntimeError(
+                f"op {step.op!r}: its ATen call {step.func} was not seen by the executor's dispatch mode "
+                "(a composite op?); its outputs cannot be placed in the arena"
+            )
+        return job.transient_bytes if job is not None else 0
+
+    def _copy(self, step: Step, env: dict[str, Any], overlay: dict[str, Any]) -> int:
+        """Replicate the copied tensor's root storage bytes on the destination and lay the tensor over them."""
+        c = step.copy
+        assert c is not None
+        source = _first_present(env, c.nodes, f"copy {c.name!r}: tensor {c.tensor!r}")
+        root = source if c.root == c.tensor else _first_present(
+            env, c.root_nodes, f"copy {c.name!r}: storage root {c.root!r}"
+        )
+        rel = source.storage_offset() * source.element_size() - root.storage_offset() * root.element_size()
+        span = layout_of(source).span_bytes - source.storage_offset() * source.element_size()
+        if rel < 0 or rel + span > c.nbytes or rel % source.element_size():
+            raise PlanError(
+                f"copy {c.name!r}: tensor {c.tensor!r} does not lie within the {c.nbytes} bytes of its root {c.root!r}"
+            )
+        device = self.device_map.torch_device(step.device)
+        if self.arena:
+            buffer = self.schedule.plan.buffers.get(c.name)
+            if buffer is None:
+                raise PlanError(f"plan: copy {c.name!r} has no buffer")
+            region = arena_view(self._arenas[step.device], buffer.offset, Layout((c.nbytes,), (1,), 0, torch.uint8),
+                                where=f"copy {c.name!r}")
+        else:
+            region = torch.empty((c.nbytes,), dtype=torch.uint8, device=device)
+        both_cuda = device.type == "cuda" and root.device.type == "cuda"
+        region.copy_(region_bytes(root, c.nbytes), non_blocking=both_cuda)
+        value = torch.empty((0,), dtype=source.dtype, device=device)
+        value.set_(region.untyped_storage(), (region.storage_offset() + rel) // source.element_size(),
+                   source.shape, source.stride())
+        for name in c.nodes:
+            overlay[name] = value
+        return c.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Redirect:
+    """Fresh results of one step that go to planned memory, their planned tensors, and whether ``out=`` does it."""
+
+    targets: tuple[Target, ...]
+    buffers: tuple[torch.Tensor, ...]
+    use_out: bool
+
+
+@dataclass
+class _Job:
+    """The ATen call an op is about to make, and where its fresh results go."""
+
+    step: Step
+    redirect: _Redirect
+    consumed: bool = False
+    transient_bytes: int = 0
+
+
+class _ExecMode(TorchDispatchMode):
+    """Meters every ATen call; gives factory calls the op's device; redirects the op's call into planned memory."""
+
+    def __init__(self, meter: StorageMeter) -> None:
+        super().__init__()
+        self.meter = meter
+        self.physical: torch.device = torch.device("cpu")
+        self.job: _Job | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        device = kwargs.get("device")
+        if device is not None and torch.device(device) != self.physical:
+            kwargs["device"] = self.physical
+        job = self.job
+        if job is None or job.consumed or func is not job.step.func:
+            out = func(*args, **kwargs)
+            if self.meter.register_results(out, self.physical):
+                self.meter.sample()  # live bytes only grow when something new appears
+            return out
+        job.consumed = True
+        redirect = job.redirect
+        if redirect.use_out and job.step.out is not None:
+            out = job.step.out.call(args, kwargs, redirect.buffers)
+            self.meter.sample()
+            return out
+        out = func(*args, **kwargs)
+        leaves = flatten(out)
+        # Only results on the buffer's device move in; a host-resident result stays where the kernel put it.
+        moves = [(t, b) for t, b in zip(redirect.targets, redirect.buffers) if leaves[t.leaf].device == b.device]
+        self.meter.register_results([leaves[t.leaf] for t, _ in moves], self.physical, transient=True)
+        self.meter.register_results(out, self.physical)
+        self.meter.sample()
+        for target, buffer in moves:
+            buffer.copy_(leaves[target.leaf])
+            job.transient_bytes += leaves[target.leaf].untyped_storage().nbytes()
+            leaves[target.leaf] = buffer
+        return unflatten(out, leaves)
+
+
+class _DeviceEnv(MutableMapping):
+    """The env as an op on one device sees it: that device's overlay (copies) first, then the shared env."""
+
+    def __init__(self, env: dict[str, Any], overlay: dict[str, Any]) -> None:
+        self.env = env
+        self.overlay = overlay
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.overlay.get(key, _MISSING)
+        return self.env[key] if value is _MISSING else value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.env[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.env[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.overlay or key in self.env
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.env)
+
+    def __len__(self) -> int:
+        return len(self.env)
+
+
+def _first_present(env: Mapping[str, Any], nodes: Any, what: str) -> torch.Tensor:
+    for name in nodes:
+        value = env.get(name)
+        if isinstance(value, torch.Tensor):
+            return value
+    raise PlanError(f"{what} is not live when the plan needs it")
+
+
+def _clone_all(view: _DeviceEnv, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    out = {}
+    for name in names:
+        value = view.get(name)
+        if isinstance(value, torch.Tensor):
+            out[name] = value.detach().clone()
+    return out
+
+
+def _exact_clone(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of ``value`` on ``device`` whose storage holds exactly its elements, strides kept when dense."""
+    layout = layout_of(value)
+    dense = layout.storage_offset == 0 and layout.span_bytes == value.numel() * value.element_size()
+    out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device) if dense else \
+        torch.empty(value.shape, dtype=value.dtype, device=device)
+    out.copy_(value.detach())
+    return out
+
+
+def _zeros_like_layout(layout: Layout, device: torch.device) -> torch.Tensor:
+    """Zeros laid out as ``layout`` in a storage of exactly its span."""
+    storage = torch.zeros((max(layout.span_bytes, 0),), dtype=torch.uint8, device=device)
+    return arena_view(storage, 0, layout, where="gradient buffer")

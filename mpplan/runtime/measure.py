@@ -1,0 +1,171 @@
+"""Measurement records: what ``evaluate`` found, predicted against measured, as JSON-able data.
+
+``Measurement.to_dict()`` is ``measurement.json``::
+
+    {"devices": [{"name", "predicted_peak_bytes", "measured_peak_bytes", "error_pct", ...}],
+     "step_time_s", "eager": {"devices": [...], "step_time_s"},
+     "numerics": {"ok", "max_abs_diff", "first_bad_op"}, ...}
+
+Which prediction a device is held to depends on how it ran.  In arena mode the
+device holds its static tensors plus one arena of ``arena_bytes``, so the plan's
+``peak_bytes`` is the prediction.  Without an arena every tensor is its own
+allocation, freed after its last use, so what the device can need is the plan's
+``lower_bound_bytes`` (static + LOAD, the simulator's live-bytes maximum; no
+fragmentation, no alignment padding).  Both plan numbers are kept in the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["DeviceMeasurement", "EagerDevice", "EagerMeasurement", "Measurement", "Numerics", "error_pct"]
+
+
+def error_pct(predicted: int, measured: int) -> float:
+    """``(measured - predicted) / predicted`` in percent (0 when both are 0)."""
+    if predicted == 0:
+        return 0.0 if measured == 0 else float("inf")
+    return round(100.0 * (measured - predicted) / predicted, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMeasurement:
+    """One planned device: predicted and measured peak memory.
+
+    ``measured_peak_bytes`` is the CUDA allocator's ``max_memory_allocated`` when the
+    planned device has a GPU to itself, else ``tracked_peak_bytes``: the most bytes
+    of live tensor storages tagged with this device at once, each storage counted
+    once.  ``transient_peak_bytes`` is the most bytes held at once by results computed
+    outside the arena and then copied in (ops with no ``out=`` overload); they are
+    not part of the tracked peak.  ``copied_in_bytes`` are the bytes copies brought
+    onto this device per step.
+    """
+
+    name: str
+    torch_device: str
+    predicted_peak_bytes: int
+    measured_peak_bytes: int
+    error_pct: float
+    tracked_peak_bytes: int
+    transient_peak_bytes: int
+    plan_peak_bytes: int
+    plan_lower_bound_bytes: int
+    static_bytes: int
+    arena_bytes: int
+    copied_in_bytes: int
+    allocator_peak_bytes: int | None = None
+    reserved_peak_bytes: int | None = None
+    source: str = "tracked"
+
+    @property
+    def exact(self) -> bool:
+        return self.measured_peak_bytes == self.predicted_peak_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EagerDevice:
+    """Peak memory of plain PyTorch on one device (``measured_peak_bytes``: allocator or tracked)."""
+
+    name: str
+    measured_peak_bytes: int
+    tracked_peak_bytes: int
+    allocator_peak_bytes: int | None = None
+    reserved_peak_bytes: int | None = None
+    source: str = "tracked"
+
+
+@dataclass(frozen=True, slots=True)
+class EagerMeasurement:
+    """The eager baseline: the original module run by plain PyTorch on one device."""
+
+    devices: tuple[EagerDevice, ...]
+    step_time_s: float
+    step_times_s: tuple[float, ...] = ()
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "devices": [asdict(d) for d in self.devices],
+            "step_time_s": self.step_time_s,
+            "step_times_s": list(self.step_times_s),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Numerics:
+    """Planned execution against eager PyTorch after the first step.
+
+    ``ok``: every compared tensor (outputs or loss, gradients, parameters and buffers
+    after the update) is within ``rtol``/``atol`` of eager's; ``bitwise``: all are
+    identical.  ``first_bad_op`` names the first op whose inputs or outputs differ
+    from an op-by-op reference run of the same schedule without arena (found only
+    when ``ok`` is false); ``detail`` says what differed.
+    """
+
+    ok: bool
+    max_abs_diff: float
+    first_bad_op: str | None
+    bitwise: bool
+    compared: int
+    rtol: float
+    atol: float
+    worst: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Everything one ``evaluate`` measured.
+
+    ``step_time_s`` is the median of the timed steps; ``copied_bytes`` the bytes the
+    plan's copies moved between devices per step; ``transient_bytes`` the bytes of
+    results computed outside the arena and copied in, per step (0 without arena).
+    """
+
+    graph_hash: str
+    mode: str
+    arena: bool
+    devices: tuple[DeviceMeasurement, ...]
+    device_map: dict[str, str]
+    step_time_s: float
+    step_times_s: tuple[float, ...]
+    copied_bytes: int
+    transient_bytes: int
+    eager: EagerMeasurement | None
+    numerics: Numerics | None
+    steps: int
+    warmup: int
+
+    @property
+    def exact(self) -> bool:
+        """True when every device's measured peak equals its prediction."""
+        return all(d.exact for d in self.devices)
+
+    def device(self, name: str) -> DeviceMeasurement:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph_hash": self.graph_hash,
+            "mode": self.mode,
+            "arena": self.arena,
+            "device_map": dict(self.device_map),
+            "devices": [asdict(d) for d in self.devices],
+            "step_time_s": self.step_time_s,
+            "step_times_s": list(self.step_times_s),
+            "copied_bytes": self.copied_bytes,
+            "transient_bytes": self.transient_bytes,
+            "eager": None if self.eager is None else self.eager.to_dict(),
+            "numerics": None if self.numerics is None else self.numerics.to_dict(),
+            "steps": self.steps,
+            "warmup": self.warmup,
+            "exact": self.exact,
+        }

@@ -1,0 +1,157 @@
+"""Live storage accounting: the bytes really held, per device, each storage counted once.
+
+The executor and the eager baseline measure memory the same way on virtual
+devices (and, as a cross-check, on GPUs): every tensor storage that comes into
+existence is registered with the device it belongs to, held only through a weak
+reference, and counted until the storage is actually freed.  Nothing here trusts
+the plan's lifetimes; a storage that stays alive because something still refers to
+it keeps counting, which is exactly the point.
+
+``StorageMeter`` keeps the registry and the running peaks; ``MeteringMode`` is a
+``TorchDispatchMode`` that registers the outputs of every ATen call made while it
+is active (forward, backward and optimizer ops alike) under the meter's current
+device, and samples the peak right after each call that created storage, while
+its inputs and all of its outputs are alive (live bytes grow only then, so no
+peak is missed).  It sees what reaches the dispatcher: a kernel's internal
+scratch memory (a cuBLAS workspace) shows only in the CUDA allocator's numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["MeteringMode", "StorageMeter", "tensor_leaves"]
+
+
+@dataclass(slots=True)
+class _Entry:
+    ref: StorageWeakRef
+    device: str
+    nbytes: int
+    transient: bool
+
+
+class StorageMeter:
+    """Registry of live storages with per-device running peaks.
+
+    ``device`` is the tag new registrations get by default (the executor sets it to
+    the planned device of the op it runs).  ``transient`` registrations (results an
+    arena executor computes and then copies into the arena) are summed separately.
+    Peaks only move in ``sample``; ``reset_peaks`` starts a new measurement window
+    from what is live now.
+    """
+
+    def __init__(self, device: str = "") -> None:
+        self.device = device
+        self.enabled = True
+        self._entries: dict[StorageWeakRef, _Entry] = {}
+        self._pinned: dict[StorageWeakRef, _Entry] = {}
+        self._live: dict[str, int] = {}
+        self._transient: dict[str, int] = {}
+        self.peaks: dict[str, int] = {}
+        self.transient_peaks: dict[str, int] = {}
+        self.total_peaks: dict[str, int] = {}
+
+    def register(
+        self, values: Any, device: str | None = None, *, transient: bool = False, pinned: bool = False
+    ) -> int:
+        """Count the storages of every tensor in ``values`` (nested lists, tuples, dicts) under ``device``.
+
+        A storage already registered keeps its first device and category.
+        ``pinned`` storages are held by the caller for the meter's whole life (an
+        executor's parameters, arenas); they count like any other but are never
+        polled for death, which keeps ``sample`` cheap.  Returns the bytes added.
+        """
+        tag = self.device if device is None else device
+        added = 0
+        for tensor in tensor_leaves(values):
+            if tensor.device.type == "meta":
+                continue
+            storage = tensor.untyped_storage()
+            nbytes = int(storage.nbytes())
+            if nbytes == 0:
+                continue
+            ref = StorageWeakRef(storage)
+            if ref in self._entries or ref in self._pinned:
+                continue  # a weak reference keeps the storage's identity unique while registered
+            entry = _Entry(ref, tag, nbytes, transient)
+            (self._pinned if pinned else self._entries)[ref] = entry
+            bucket = self._transient if transient else self._live
+            bucket[tag] = bucket.get(tag, 0) + nbytes
+            added += nbytes
+        return added
+
+    def register_results(self, values: Any, device: torch.device, *, transient: bool = False) -> int:
+        """Register op results made for a planned device running on torch ``device``.
+
+        Results a kernel leaves in host memory while running on a GPU (attention's
+        RNG seed and offset, for one) are not GPU memory: they are counted under
+        ``"<device>@host"``.
+        """
+        added = 0
+        for tensor in tensor_leaves(values):
+            if tensor.device.type == device.type:
+                added += self.register(tensor, transient=transient)
+            else:
+                added += self.register(tensor, f"{self.device}@host", transient=transient)
+        return added
+
+    def sample(self) -> None:
+        """Drop freed storages, then raise the peaks to what is live now."""
+        if not self.enabled:
+            return
+        dead = [e for e in self._entries.values() if e.ref.expired()]
+        for e in dead:
+            del self._entries[e.ref]
+            self._drop(e)
+        for tag in set(self._live) | set(self._transient):
+            live, transient = self._live.get(tag, 0), self._transient.get(tag, 0)
+            self.peaks[tag] = max(self.peaks.get(tag, 0), live)
+            self.transient_peaks[tag] = max(self.transient_peaks.get(tag, 0), transient)
+            self.total_peaks[tag] = max(self.total_peaks.get(tag, 0), live + transient)
+
+    def live_bytes(self, device: str) -> int:
+        """Non-transient bytes live on ``device`` as of the last ``sample``."""
+        return self._live.get(device, 0)
+
+    def reset_peaks(self) -> None:
+        """Start a new window: peaks become what is live right now."""
+        self.peaks, self.transient_peaks, self.total_peaks = {}, {}, {}
+        self.sample()
+
+    def _drop(self, entry: _Entry) -> None:
+        bucket = self._transient if entry.transient else self._live
+        bucket[entry.device] -= entry.nbytes
+
+
+class MeteringMode(TorchDispatchMode):
+    """Register every ATen call's outputs with ``meter`` and sample its peak after each call."""
+
+    def __init__(self, meter: StorageMeter, device: torch.device) -> None:
+        super().__init__()
+        self.meter = meter
+        self.device = device
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.meter.register_results(out, self.device):
+            self.meter.sample()  # live bytes only grow when something new appears
+        return out
+
+
+def tensor_leaves(values: Any) -> Iterable[torch.Tensor]:
+    """Every tensor in a nest of lists, tuples and dicts."""
+    if isinstance(values, torch.Tensor):
+        yield values
+    elif isinstance(values, (list, tuple)):
+        for v in values:
+            yield from tensor_leaves(v)
+    elif isinstance(values, dict):
+        for v in values.values():
+            yield from tensor_leaves(v)

@@ -1,0 +1,394 @@
+"""The runtime: plans executed for real on virtual devices, measured, and checked against eager.
+
+Every zoo model (tiny sizes) runs in infer and train mode, on one and on three
+virtual devices, with and without arena.  Measured peaks must equal predictions
+exactly (arena: the plan's ``peak_bytes``; no arena: its ``lower_bound_bytes``,
+static + LOAD) and the numerics must match eager PyTorch.  CUDA paths are marked
+and skip without a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from mpplan import zoo
+from mpplan.capture.torch_capture import CapturedProgram, capture_program
+from mpplan.config import Device, parse_config
+from mpplan.errors import InfeasibleError, PlanError, VerificationError
+from mpplan.passes.liveness import live_ranges
+from mpplan.plan import Buffer, Plan
+from mpplan.planner import PlannerSettings, placed_graph, plan
+from mpplan.runtime import cuda_available, evaluate, evaluate_program, map_devices, run_config
+from mpplan.runtime.arena import out_variant
+from mpplan.runtime.executor import Executor
+from mpplan.runtime.schedule import compile_schedule
+from mpplan.runtime.trace import capture_for, meta_twin
+from mpplan.runtime.tracking import StorageMeter
+from mpplan.verify import verify
+
+cuda = pytest.mark.cuda
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device")
+
+#: Tiny zoo models: (factory kwargs, example-input kwargs, optimizer used in train mode).
+MODELS: dict[str, tuple[dict[str, Any], dict[str, Any], str | None]] = {
+    "mlp": ({"in_features": 16, "hidden": 32, "out_features": 8, "layers": 3}, {"batch": 4, "in_features": 16}, "sgd"),
+    "resnet": ({"blocks": (1, 1), "width": 8}, {"batch": 2, "image_size": 8}, None),
+    "gpt": (
+        {"vocab_size": 64, "max_seq_len": 16, "d_model": 32, "n_heads": 2, "n_layers": 2},
+        {"batch": 2, "seq_len": 16, "vocab_size": 64},
+        "adam",
+    ),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny CPU kernels run far faster on one thread than fighting for a loaded box's cores."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    model: torch.nn.Module
+    inputs: Any
+    program: CapturedProgram
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict[tuple[str, str], Case]:
+    """Captures, shared by the module's tests, built lazily per (model, mode)."""
+    return _Cases()
+
+
+class _Cases(dict):
+    def __missing__(self, key: tuple[str, str]) -> Case:
+        name, mode = key
+        model_kwargs, input_kwargs, optimizer = MODELS[name]
+        torch.manual_seed(0)
+        model = zoo.build(name, **model_kwargs)
+        inputs = zoo.example_inputs(name, **input_kwargs)
+        program = capture_program(model, inputs, mode=mode, optimizer=optimizer if mode == "train" else None)
+        self[key] = Case(model, inputs, program)
+        return self[key]
+
+
+def _devices(n: int) -> list[Device]:
+    return [Device(f"cuda:{i}", 1 << 30) for i in range(n)]
+
+
+def _plan(case: Case, n: int) -> Plan:
+    return plan(case.program.graph, _devices(n), PlannerSettings(placement="pipeline" if n > 1 else "single"))
+
+
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+@pytest.mark.parametrize("ndev", [1, 3])
+@pytest.mark.parametrize("mode", ["infer", "train"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_virtual_peaks_are_exact_and_numerics_match_eager(cases, name: str, mode: str, ndev: int, arena: bool) -> None:
+    case = cases[(name, mode)]
+    planned = _plan(case, ndev)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=1, arena=arena,
+                         devices="virtual")
+    for d in m.devices:
+        dp = planned.device(d.name)
+        assert d.predicted_peak_bytes == (dp.peak_bytes if arena else dp.lower_bound_bytes)
+        assert d.measured_peak_bytes == d.predicted_peak_bytes, (d.name, d)
+        assert d.error_pct == 0.0
+        assert d.source == "tracked"
+    assert m.exact
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+    if not (mode == "train" and MODELS[name][2] == "adam"):
+        assert m.numerics.bitwise, m.numerics  # same kernels, same order: bit for bit on CPU
+    assert m.copied_bytes == planned.cross_device_bytes
+    if ndev > 1:
+        assert len({d.name for d in m.devices if d.measured_peak_bytes > 0}) > 1
+    if not arena:
+        assert m.transient_bytes == 0
+
+
+def test_measurement_json(cases) -> None:
+    case = cases[("gpt", "train")]
+    planned = _plan(case, 2)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, devices="virtual")
+    data = json.loads(json.dumps(m.to_dict()))
+    assert [d["name"] for d in data["devices"]] == ["cuda:0", "cuda:1"]
+    for d in data["devices"]:
+        assert {"name", "predicted_peak_bytes", "measured_peak_bytes", "error_pct"} <= set(d)
+    assert set(data["eager"]) >= {"devices", "step_time_s"}
+    assert data["eager"]["devices"][0]["measured_peak_bytes"] > 0
+    assert set(data["numerics"]) >= {"ok", "max_abs_diff", "first_bad_op"}
+    assert data["step_time_s"] > 0 and len(data["step_times_s"]) == 2
+    assert data["device_map"] == {"cuda:0": "cpu", "cuda:1": "cpu"}
+    # The arena can only hold an op that has no out= overload by computing and copying in: reported, not hidden.
+    assert data["transient_bytes"] > 0
+
+
+def _clobbered(case: Case, planned: Plan) -> tuple[Plan, str, str]:
+    """``planned`` with a later tensor's buffer moved onto an earlier one that is still live."""
+    graph = placed_graph(case.program.graph, planned).graph
+    ranges = [r for r in live_ranges(graph, range(len(graph.ops))).ranges if graph.tensors[r.storage].name in planned.buffers]
+    pairs = [
+        (b.nbytes, a, b)
+        for a in ranges
+        for b in ranges
+        if a.first < b.first < a.last and a.nbytes >= b.nbytes > 0
+    ]
+    _, a, b = max(pairs, key=lambda p: (p[0], -p[2].first))
+    victim, culprit = graph.tensors[a.storage].name, graph.tensors[b.storage].name
+    buffers = dict(planned.buffers)
+    buffers[culprit] = Buffer(buffers[culprit].device, buffers[victim].offset, buffers[culprit].bytes)
+    return dataclasses.replace(planned, buffers=buffers), victim, culprit
+
+
+def test_overlapping_buffers_are_caught_by_numerics_naming_the_op(cases) -> None:
+    case = cases[("gpt", "train")]
+    planned = _plan(case, 1)
+    bad, victim, culprit = _clobbered(case, planned)
+    with pytest.raises(VerificationError, match="overlap"):
+        verify(case.program.graph, bad)
+    m = evaluate_program(case.program, bad, case.model, case.inputs, steps=1, warmup=0, devices="virtual")
+    assert m.numerics is not None and not m.numerics.ok
+    assert m.numerics.first_bad_op in planned.schedule
+    assert m.numerics.max_abs_diff > 0
+    assert victim in m.numerics.detail and "overwritten" in m.numerics.detail
+    # The reader of the clobbered tensor runs after the culprit's producer.
+    graph = placed_graph(case.program.graph, planned).graph
+    first_bad = planned.schedule.index(m.numerics.first_bad_op)
+    producer = next(k for k, op in enumerate(graph.ops) if culprit in op.outputs)
+    assert first_bad > producer
+
+
+def test_the_meter_measures_tensors_not_lifetimes(cases) -> None:
+    """An executor that forgets to free must measure more than the plan: peaks come from real storages."""
+    case = cases[("mlp", "train")]
+    planned = _plan(case, 1)
+    schedule = compile_schedule(case.program, planned)
+    leaky = dataclasses.replace(schedule, steps=tuple(dataclasses.replace(s, releases=()) for s in schedule.steps))
+    measured = {}
+    for name, sched in (("exact", schedule), ("leaky", leaky)):
+        meter = StorageMeter()
+        Executor(sched, case.model, case.inputs, map_devices(["cuda:0"], "virtual"), arena=False, meter=meter).run_step()
+        measured[name] = meter.peaks["cuda:0"]
+    assert measured["exact"] == planned.devices[0].lower_bound_bytes
+    assert measured["leaky"] > measured["exact"]
+
+
+def test_plan_for_another_graph_is_rejected(cases) -> None:
+    infer, train = cases[("mlp", "infer")], cases[("mlp", "train")]
+    with pytest.raises(PlanError, match="graph hash"):
+        evaluate_program(train.program, _plan(infer, 1), train.model, train.inputs, devices="virtual")
+
+
+def test_evaluate_captures_and_leaves_the_model_alone() -> None:
+    torch.manual_seed(0)
+    model = zoo.build("mlp", in_features=8, hidden=16, out_features=4, layers=2)
+    inputs = zoo.example_inputs("mlp", batch=2, in_features=8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    graph = capture_program(model, inputs, mode="train", optimizer="sgd").graph
+    planned = plan(graph, _devices(1))
+    m = evaluate(planned, model, inputs, mode="train", optimizer="sgd", steps=2, warmup=1, devices="virtual")
+    assert m.exact and m.numerics is not None and m.numerics.bitwise
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_run_config_end_to_end(tmp_path) -> None:
+    config = parse_config(
+        {
+            "model": {
+                "torch": {
+                    "factory": "mpplan.zoo.transformer:gpt",
+                    "kwargs": {"vocab_size": 64, "max_seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
+                    "inputs": [{"shape": ["batch", "seq"], "dtype": "int64", "high": 64}],
+                    "mode": "train",
+                    "optimizer": "adam",
+                }
+            },
+            "workload": {"batch": 2, "seq": 8},
+            "devices": [{"count": 2, "capacity": "64MiB", "kind": "cuda"}],
+        },
+        str(tmp_path / "run.yaml"),
+    )
+    result = run_config(config, steps=1, warmup=1, devices="virtual")
+    assert result.measurement.exact and result.measurement.numerics.ok
+    data = result.measurement.to_dict()
+    assert [d["name"] for d in data["devices"]] == ["cuda:0", "cuda:1"]
+    assert data["graph_hash"] == result.plan.graph_hash
+
+
+def test_config_without_torch_model_cannot_run(tmp_path) -> None:
+    config = parse_config(
+        {"model": {"synthetic": {"kind": "chain", "n": 4}}, "devices": [{"name": "cuda:0", "capacity": "1GiB"}]},
+        str(tmp_path / "s.yaml"),
+    )
+    with pytest.raises(Exception, match="model.torch"):
+        run_config(config, devices="virtual")
+
+
+def test_device_mapping() -> None:
+    virtual = map_devices(["a", "b"], "virtual")
+    assert virtual.virtual and virtual.to_dict() == {"a": "cpu", "b": "cpu"}
+    assert map_devices(["a", "b"], {"a": "cpu", "b": "cpu"}).sharing("a") == ("a", "b")
+    with pytest.raises(PlanError, match="expected 2"):
+        map_devices(["a", "b"], ["cpu"])
+    with pytest.raises(PlanError, match="no torch device"):
+        map_devices(["a", "b"], {"a": "cpu"})
+    if not cuda_available():
+        assert map_devices(["a"]).virtual
+        with pytest.raises(PlanError, match="CUDA"):
+            map_devices(["a"], "cuda")
+
+
+def test_out_variants_match_their_functional_ops() -> None:
+    aten = torch.ops.aten
+    assert out_variant(aten.mm.default).out_names == ("out",)
+    assert out_variant(aten.native_layer_norm.default).out_names == ("out0", "out1", "out2")
+    assert out_variant(aten.arange.default) is not None  # factory options come from out
+    assert out_variant(aten.view.default) is None  # a view allocates nothing
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    out = torch.empty(3, 5)
+    variant = out_variant(aten.mm.default)
+    assert variant.call((a, b), {}, (out,)) is out and torch.equal(out, aten.mm.default(a, b))
+
+
+def test_meter_counts_each_storage_once_until_it_dies() -> None:
+    meter = StorageMeter("d")
+    base = torch.zeros(100)
+    meter.register([base, base[10:], base.view(10, 10)])
+    meter.sample()
+    assert meter.peaks == {"d": 400}
+    other = torch.zeros(10)
+    meter.register(other, "e", transient=True)
+    meter.sample()
+    assert meter.transient_peaks["e"] == 40
+    del base
+    meter.reset_peaks()
+    assert meter.peaks.get("d", 0) == 0
+
+
+def test_meta_twin_traces_the_same_graph(cases) -> None:
+    case = cases[("mlp", "train")]
+    twin = meta_twin(case.model)
+    assert all(p.device.type == "meta" for p in twin.parameters())
+    assert all(p.device.type == "cpu" for p in case.model.parameters())
+    program = capture_for(twin, case.inputs, torch.device("cpu"), mode="train", optimizer="sgd", loss_fn=None)
+    assert program.graph.content_hash == case.program.graph.content_hash
+
+
+# ---- CUDA (run on a GPU machine; skipped here) --------------------------------------------------
+
+
+def _cuda_case(ndev: int) -> tuple[Case, Plan]:
+    """The tiny GPT traced for CUDA kernels (attention lowers differently than on CPU) and planned."""
+    model_kwargs, input_kwargs, optimizer = MODELS["gpt"]
+    torch.manual_seed(0)
+    model = zoo.build("gpt", **model_kwargs)
+    inputs = zoo.example_inputs("gpt", **input_kwargs)
+    program = capture_for(model, inputs, torch.device("cuda:0"), mode="train", optimizer=optimizer, loss_fn=None)
+    case = Case(model, inputs, program)
+    return case, _plan(case, ndev)
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+def test_cuda_single_gpu(arena: bool) -> None:
+    case, planned = _cuda_case(1)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, arena=arena,
+                         devices=["cuda:0"])
+    (d,) = m.devices
+    assert d.torch_device == "cuda:0" and d.source == "allocator"
+    assert d.allocator_peak_bytes is not None and d.reserved_peak_bytes is not None
+    # Live storages: exact up to scalars a GPU kernel keeps in host memory (attention's RNG seed and offset).
+    assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64
+    assert d.measured_peak_bytes >= d.tracked_peak_bytes  # the allocator adds rounding and workspaces
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+    assert m.eager is not None and m.eager.devices[0].source == "allocator"
+
+
+@cuda
+@needs_cuda
+def test_cuda_evaluate_traces_for_the_gpu() -> None:
+    case, planned = _cuda_case(1)
+    m = evaluate(planned, case.model, case.inputs, mode="train", optimizer=MODELS["gpt"][2], steps=1, warmup=1,
+                 devices=["cuda:0"])
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+@cuda
+@needs_cuda
+def test_cuda_two_planned_devices_on_one_gpu() -> None:
+    case, planned = _cuda_case(2)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1,
+                         devices={"cuda:0": "cuda:0", "cuda:1": "cuda:0"})
+    for d in m.devices:
+        assert d.source == "tracked (shared GPU)"
+        assert abs(d.measured_peak_bytes - d.predicted_peak_bytes) <= 64
+        assert d.allocator_peak_bytes is not None
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+@cuda
+@pytest.mark.skipif(not cuda_available() or torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+def test_cuda_multi_gpu(arena: bool) -> None:
+    case, planned = _cuda_case(2)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, arena=arena, devices="cuda")
+    assert [d.torch_device for d in m.devices] == ["cuda:0", "cuda:1"]
+    for d in m.devices:
+        assert d.source == "allocator" and abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+@pytest.mark.parametrize("policy", ["sqrt", "mirror", "budget"])
+@pytest.mark.parametrize("ndev", [1, 2])
+@pytest.mark.parametrize("name", ["gpt", "mlp"])
+def test_rematerialised_plans_run_exactly(cases, name: str, ndev: int, policy: str) -> None:
+    """Recompute ops rerun their fx node; measured peaks equal the plan's and gradients match eager."""
+    case = cases[(name, "train")]
+    settings = PlannerSettings(
+        placement="pipeline" if ndev > 1 else "single",
+        remat=policy,
+        remat_threshold=1 << 40 if policy == "mirror" else None,
+        remat_budget=0.8 if policy == "budget" else None,
+        remat_solver="heuristic",
+    )
+    try:
+        planned = plan(case.program.graph, _devices(ndev), settings)
+    except InfeasibleError:
+        pytest.skip("no recompute fits 90% of this tiny model's peak")
+    assert planned.remat, "the policy recomputed nothing"
+    assert planned.compute_overhead > 0
+    verify(case.program.graph, planned)
+    baseline = plan(case.program.graph, _devices(ndev), dataclasses.replace(settings, remat="none"))
+    assert planned.max_peak_bytes <= baseline.max_peak_bytes
+    for arena in (True, False):
+        m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=0, arena=arena,
+                             devices="virtual")
+        assert m.exact, [(d.name, d.predicted_peak_bytes, d.measured_peak_bytes) for d in m.devices]
+        assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+def test_a_recompute_run_while_its_original_lives_keeps_both_apart(cases) -> None:
+    """A recompute keeps its results under env keys of its own: moved right after its
+    original, late readers still read the recompute and the original is freed on time."""
+    case = cases[("mlp", "train")]
+    planned = plan(case.program.graph, _devices(1), PlannerSettings(placement="single", remat="sqrt"))
+    record = planned.remat[0]
+    schedule = list(planned.schedule)
+    schedule.remove(record["recompute_op"])
+    schedule.insert(schedule.index(record["op"]) + 1, record["recompute_op"])
+    early = dataclasses.replace(planned, schedule=tuple(schedule))
+    m = evaluate_program(case.program, early, case.model, case.inputs, steps=1, warmup=0, arena=False,
+                         devices="virtual")
+    assert m.numerics is not None and m.numerics.ok and m.numerics.bitwise, m.numerics
+    # Both copies were alive together, so the run needed more than the plan's own order.
+    assert m.devices[0].measured_peak_bytes >= planned.devices[0].lower_bound_bytes
