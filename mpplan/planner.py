@@ -19,6 +19,7 @@ from mpplan.passes.assign import assign_offsets, share_objects
 from mpplan.passes.concurrency import dag_may_share
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.passes.liveness import Liveness, live_ranges
+from mpplan.passes.remat import RematResult, apply_recompute, remat
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan
 
@@ -39,6 +40,11 @@ class PlannerSettings:
     shift_activations: Any = "auto"
     shift_from: str | None = None
     shift_to: str | None = None
+    remat: str = "none"
+    remat_threshold: int | None = None
+    remat_budget: float | int | str | None = None
+    remat_solver: str = "auto"
+    remat_time_limit_s: float = 60.0
 
     @classmethod
     def from_config(cls, section: PlannerSection) -> PlannerSettings:
@@ -53,6 +59,11 @@ class PlannerSettings:
             shift_activations=section.shift.activations,
             shift_from=section.shift.from_device,
             shift_to=section.shift.to_device,
+            remat=section.remat.policy,
+            remat_threshold=section.remat.threshold,
+            remat_budget=section.remat.budget,
+            remat_solver=section.remat.solver,
+            remat_time_limit_s=section.remat.time_limit_s,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,6 +76,13 @@ class PlannerSettings:
             "device_map": dict(self.device_map),
             "no_split": list(self.no_split),
             "shift": {"activations": self.shift_activations, "from": self.shift_from, "to": self.shift_to},
+            "remat": {
+                "policy": self.remat,
+                "threshold": self.remat_threshold,
+                "budget": self.remat_budget,
+                "solver": self.remat_solver,
+                "time_limit_s": self.remat_time_limit_s,
+            },
         }
 
 
@@ -74,6 +92,20 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         raise ValueError("plan needs at least one device")
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
+    rematted = None
+    original = graph
+    if settings.remat != "none":
+        rematted = remat(
+            graph,
+            settings.remat,
+            threshold=settings.remat_threshold,
+            budget=settings.remat_budget,
+            solver=settings.remat_solver,
+            time_limit_s=settings.remat_time_limit_s,
+        )
+        graph = rematted.graph
+        seconds["remat"] = _lap(clock)
+        clock = time.perf_counter()
     order = schedule_ops(graph, settings.schedule)
     seconds["schedule"] = _lap(clock)
     clock = time.perf_counter()
@@ -110,8 +142,8 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
     seconds["assign"] = round(assign_s, 6)
     seconds["total"] = round(sum(seconds.values()), 6)
     return Plan(
-        graph_name=graph.name,
-        graph_hash=graph.content_hash,
+        graph_name=original.name,
+        graph_hash=original.content_hash,
         devices=tuple(device_plans),
         schedule=tuple(op.name for op in placed.graph.ops),
         placement={op.name: d for op, d in zip(placed.graph.ops, placed.op_device)},
@@ -119,10 +151,35 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         copies=placed.copies,
         max_peak_bytes=max(d.peak_bytes for d in device_plans),
         cross_device_bytes=placed.cross_device_bytes,
-        settings={**settings.to_dict(), "placement_chosen": chosen},
+        settings={**settings.to_dict(), "placement_chosen": chosen, **_remat_chosen(rematted)},
         seconds=seconds,
         module_devices=module_devices(placed),
+        remat=rematted.plan_records() if rematted else (),
+        compute_overhead=rematted.compute_overhead if rematted else 0.0,
     )
+
+
+def _remat_chosen(result: RematResult | None) -> dict[str, Any]:
+    """What the remat pass decided, for ``plan.settings`` (the mirror threshold a search found, the solver)."""
+    if result is None:
+        return {}
+    return {
+        "remat_chosen": {
+            "threshold": result.threshold,
+            "budget_bytes": result.budget_bytes,
+            "solver": result.solver,
+            "optimal": result.optimal,
+            "gap": result.gap,
+            "note": result.note,
+        }
+    }
+
+
+def rematerialised(graph: Graph, plan_: Plan) -> Graph:
+    """The graph a plan's schedule runs: ``graph`` with the plan's recomputes applied."""
+    if not plan_.remat:
+        return graph
+    return apply_recompute(graph, dict.fromkeys(r["op"] for r in plan_.remat))
 
 
 def choose_placement(
@@ -262,6 +319,7 @@ def module_devices(placed: Placed) -> dict[str, str]:
 
 def placed_graph(graph: Graph, plan_: Plan) -> Placed:
     """Rebuild the copy-augmented graph a plan describes (for the executor and reports)."""
+    graph = rematerialised(graph, plan_)
     index = graph.topology.op_index
     order = [index[name] for name in plan_.schedule if name in index]
     return inject_copies(graph, order, [plan_.placement[op.name] for op in graph.ops])

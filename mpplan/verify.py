@@ -16,8 +16,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from mpplan.errors import VerificationError
+from mpplan.errors import ConfigError, VerificationError
 from mpplan.graph import Graph, Kind, Tensor
+from mpplan.passes.remat import apply_recompute
 from mpplan.plan import Copy, Plan
 
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
@@ -48,6 +49,7 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True) -> VerifyRe
     """
     if plan.graph_hash != graph.content_hash:
         _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {graph.content_hash}")
+    graph = _with_recomputes(graph, plan)
     tensors = {t.name: t for t in graph.tensors}
     copies = _check_copies(plan, tensors)
     for c in copies.values():
@@ -105,6 +107,30 @@ def _is_static(tensors: dict[str, Tensor], tensor: Tensor) -> bool:
     if tensor.kind in _ALWAYS_STATIC:
         return True
     return tensor.kind is Kind.GRAD and tensor.grad_of is not None and tensors[tensor.grad_of].kind is Kind.PARAM
+
+
+def _with_recomputes(graph: Graph, plan: Plan) -> Graph:
+    """The graph the plan runs: ``graph`` rewritten with the recomputes ``plan.remat`` lists.
+
+    The rewrite is the one documented contract of ``remat`` (recompute ``op`` before
+    the late readers of its outputs); everything the plan then claims about the
+    rewritten graph is checked like any other plan.
+    """
+    if not plan.remat:
+        return graph
+    try:
+        rewritten = apply_recompute(graph, dict.fromkeys(str(r["op"]) for r in plan.remat))
+    except (ConfigError, KeyError) as exc:
+        _fail(f"remat: {exc}")
+    ops = {op.name for op in rewritten.ops}
+    tensors = {t.name: t for t in rewritten.tensors}
+    for r in plan.remat:
+        if r.get("recompute_op") not in ops:
+            _fail(f"remat: recompute op {r.get('recompute_op')!r} of {r.get('tensor')!r} is not in the rewritten graph")
+        tensor = tensors.get(str(r.get("recompute_tensor")))
+        if tensor is None or tensor.nbytes != r.get("bytes"):
+            _fail(f"remat: recompute tensor {r.get('recompute_tensor')!r} is missing or has other bytes than listed")
+    return rewritten
 
 
 def _check_copies(plan: Plan, tensors: dict[str, Tensor]) -> dict[str, Copy]:

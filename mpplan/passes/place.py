@@ -9,7 +9,8 @@
 * ``shift``: Caffe2's ShiftActivationDevices, generalised (see ``shift``).
 
 Only *anchor* ops are placed directly (forward ops); ``complete`` derives the rest:
-a backward op runs where its forward op ran, an op that updates a parameter or
+a backward op runs where its forward op ran, a recompute where its original ran
+(so recomputing never adds cross-device traffic of its own), an op that updates a parameter or
 optimizer state in place runs where that tensor is used, and any other op follows
 the producer of its inputs.  Pure view ops stay with their base.
 """
@@ -38,8 +39,9 @@ def complete(graph: Graph, order: Sequence[int], anchors: Mapping[int, str]) -> 
     label: dict[int, str] = dict(anchors)
     by_name = topo.op_index
     for k, op in enumerate(graph.ops):
-        if k not in label and op.backward_of in by_name and by_name[op.backward_of] in label:
-            label[k] = label[by_name[op.backward_of]]
+        origin = op.backward_of if op.backward_of is not None else op.recompute_of
+        if k not in label and origin in by_name and by_name[origin] in label:
+            label[k] = label[by_name[origin]]
     user_label: dict[int, str] = {}  # storage -> label of its first placed reader that does not write it
     for k in order:
         if k in label:
@@ -86,12 +88,12 @@ def _follow(graph: Graph, k: int, label: dict[int, str]) -> str | None:
 
 
 def forward_ops(graph: Graph, order: Sequence[int]) -> list[int]:
-    """Ops in ``order`` that are neither backward ops nor in-place updates of pre-existing state."""
+    """Ops in ``order`` that are neither backward ops, recomputes nor in-place updates of pre-existing state."""
     topo = graph.topology
     forward = []
     for k in order:
         op = graph.ops[k]
-        if op.backward_of is not None:
+        if op.backward_of is not None or op.recompute_of is not None:
             continue
         updates_state = any(topo.producer[topo.storage_of[topo.tensor_index[t]]] < 0 for t in op.in_place)
         if not updates_state:

@@ -1,0 +1,498 @@
+"""The exact solver of remat's ``budget`` policy: a MILP over ``RematModel``'s memory model.
+
+The MILP decides which candidates to recompute; everything else follows from the
+rewrite rule of ``mpplan.passes.remat`` (a recompute runs right before the first
+late reader of its outputs, recomputes before the same op in forward order), and
+the constraints follow the peak of the rewritten as-given order exactly, so on
+small graphs it agrees with brute force over every subset (the tests check it).
+
+Variables (candidate ``i`` at position ``pos_i``; ``A_i``: the ops its recompute
+may run before, i.e. its outputs' first late use and, below it, those of its
+candidate consumers, recursively):
+
+* ``r_i`` (binary): recompute ``i``.  Objective: minimise ``sum cost_i r_i``.
+* ``z_{i,a}`` for ``a`` in ``A_i`` (continuous, integral at every vertex that
+  matters): ``i`` is recomputed and runs before op ``a`` or earlier.  With
+  ``z_{i,p} := z_{i,max{a in A_i: a <= p}}`` (0 when there is none) and
+  ``z_{i,first_late_i} = r_i``, the anchor rule "before the first late reader,
+  chosen consumers' recomputes included" is, for ``a < first_late_i``::
+
+      z_{i,a} <= r_i,   z_{i,a} <= sum_c z_{c,a},   z_{i,a} >= z_{c,a} + r_i - 1   (c: consumers)
+
+  ``e_i = z_{i,max A_i}`` says the recompute really happens (something late needs it).
+* Liveness.  A step is a key ``(p, q)``: original op ``p`` is ``(p, inf)``; the
+  recompute of ``i`` anchored at ``p`` is ``(p, pos_i)``.  The recompute of ``h``
+  runs at or after key ``(p, q)`` exactly when ``e_h - z_{h,p}`` (``q = inf`` or
+  ``pos_h < q``) or ``e_h - z_{h,p-1}`` (``pos_h >= q``) is 1.  Storage ``j`` made by
+  candidate ``P`` (``P`` absent: a constant 0 for ``r_P``) is live at ``(p, q)``:
+
+  - original: always from its producer through its last early use; until its last
+    use only if kept (``1 - r_P``); after that only if kept and a chosen reader's
+    recompute comes at or after the key (an auxiliary ``x >= ind_h - r_P``);
+  - recomputed: from its recompute (``z_{P,p}``, or ``z_{P,p-1}`` when the key comes
+    before ``P``'s own rank) through its last late use, and after that while a
+    chosen reader's recompute is to come (``x >= start + ind_h - 1``), or at its
+    own step (``x >= z_{P,p} - z_{P,p-1}``).
+
+  Auxiliaries appear with positive sizes in ``<=`` rows, so lower bounds suffice.
+* Rows: ``sum_j size_j live_j(key) <= budget - static`` at every original op and at
+  every key ``(p, pos_h)`` where a storage ``h`` touches could die inside the run
+  of recomputes before ``p``.  Any other recompute step holds no more than the
+  next such key or op (a storage not dying in between stays live), and a key no
+  recompute occupies holds no more than the step before it, so these rows are
+  exactly "every step of the rewritten graph fits".  Rows that cannot exceed the
+  budget even with every term at 1 are left out.
+
+Sizes are scaled to keep coefficients small (the feasibility tolerance stays far
+below a byte); every solution is re-scored by the exact integer model before use.
+With ``budget=None`` the MILP minimises the peak instead (the smallest feasible
+budget).  Backends: ``highspy`` (warm-started with the heuristic's answer), else
+scipy's HiGHS (``scipy.optimize.milp``); ``available_backend`` says which.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib.util
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mpplan.passes.remat import NEVER, RematModel, evaluate
+
+__all__ = ["MAX_Z_VARIABLES", "IlpSolution", "available_backend", "solve"]
+
+#: Models needing more anchor variables or nonzeros than these are not built (the
+#: heuristic decides): HiGHS's root node alone can then outlast any time limit.  The
+#: Checkmate training graphs and 12-layer transformers fit; 30-layer ones and random
+#: layered DAGs of 500+ ops (tensors reread long after their last use) do not.
+MAX_Z_VARIABLES = 400_000
+MAX_NONZEROS = 2_000_000
+
+#: Sizes are divided by a unit of at most ``_MAX_UNIT`` bytes so the largest becomes about
+#: ``_SIZE_SCALE``: small coefficients, yet HiGHS's feasibility tolerance (1e-6 scaled)
+#: stays under half a byte, so a row that passes holds in integer bytes.
+_SIZE_SCALE = 4096.0
+_MAX_UNIT = float(1 << 18)
+
+INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class IlpSolution:
+    """A solve's outcome.  ``chosen``: candidate indices (``None``: no solution);
+    ``status``: ``optimal``, ``time_limit``, ``infeasible``, ``too_large`` or
+    ``error``; ``objective``/``bound``: the best cost found and a proved lower bound
+    on it (bytes of dynamic peak when minimising the peak); ``size``: columns, rows,
+    nonzeros of the MILP."""
+
+    chosen: tuple[int, ...] | None
+    status: str
+    objective: float | None
+    bound: float | None
+    seconds: float
+    backend: str
+    note: str = ""
+    size: tuple[int, int, int] = (0, 0, 0)
+
+
+def available_backend() -> str | None:
+    """``highs`` (highspy), ``scipy-highs`` (scipy.optimize.milp), or ``None``."""
+    if importlib.util.find_spec("highspy") is not None:
+        return "highs"
+    if importlib.util.find_spec("scipy") is not None:
+        try:
+            from scipy.optimize import milp  # type: ignore[import-untyped]  # noqa: F401
+        except ImportError:
+            return None
+        return "scipy-highs"
+    return None
+
+
+def solve(
+    model: RematModel,
+    dyn_budget: int | None,
+    *,
+    time_limit_s: float = 60.0,
+    warm_start: Sequence[int] | None = None,
+    backend: str | None = None,
+) -> IlpSolution:
+    """Least-cost candidates keeping every step's dynamic bytes within ``dyn_budget``
+    (``None``: the candidates giving the least peak).  ``warm_start`` is a feasible
+    choice to start from."""
+    clock = time.perf_counter()
+    backend = backend or available_backend()
+    if backend is None:
+        return IlpSolution(None, "error", None, None, 0.0, "none", "no MILP backend installed")
+    built = _Formulation(model, dyn_budget)
+    if built.too_large:
+        return IlpSolution(
+            None, "too_large", None, None, round(time.perf_counter() - clock, 6), backend,
+            f"MILP skipped: over {MAX_NONZEROS:,} nonzeros; used the heuristic",
+        )
+    warm = built.values(warm_start) if warm_start is not None and backend == "highs" else None
+    remaining = max(0.1, time_limit_s - (time.perf_counter() - clock))
+    x: list[float] | None
+    if not built.cost:  # nothing to decide: the rows are constants
+        fits = all(lo <= 0.0 <= hi for lo, hi in zip(built.row_lo, built.row_hi))
+        status, x, objective, bound = ("optimal", [], 0.0, 0.0) if fits else ("infeasible", None, None, None)
+    else:
+        run = _solve_highspy if backend == "highs" else _solve_scipy
+        status, x, objective, bound = run(built, remaining, warm)
+    seconds = round(time.perf_counter() - clock, 6)
+    size = (len(built.cost), len(built.row_lo), len(built.values_nz))
+    chosen = None if x is None else tuple(i for i, c in enumerate(built.r_col) if x[c] > 0.5)
+    scale = built.unit if dyn_budget is None else built.objective_scale
+    objective = None if objective is None else objective * scale
+    bound = None if bound is None or not math.isfinite(bound) else bound * scale
+    if dyn_budget is None and bound is not None:
+        bound = max(bound, float(built.lower_dyn))
+    note = {"time_limit": f"time limit {time_limit_s:.0f}s reached", "error": "the MILP solver failed"}.get(status, "")
+    return IlpSolution(chosen, status, objective, bound, seconds, backend, note, size)
+
+
+class _Formulation:
+    """The MILP of one solve: columns, rows (CSR) and the maps back to candidates.
+
+    Mutable while ``__init__`` builds it, private to one ``solve`` call.
+    """
+
+    def __init__(self, model: RematModel, dyn_budget: int | None) -> None:
+        self.model = model
+        self.cost: list[float] = []
+        self.col_lo: list[float] = []
+        self.col_hi: list[float] = []
+        self.integer: list[bool] = []
+        self.row_lo: list[float] = []
+        self.row_hi: list[float] = []
+        self.starts: list[int] = [0]
+        self.index_nz: list[int] = []
+        self.values_nz: list[float] = []
+        self.aux_bounds: list[tuple[int, list[tuple[dict[int, float], float]]]] = []
+        self.aux_cache: dict[tuple, int] = {}
+        self.too_large = False
+        m = model.num_candidates
+        self.unit = min(_MAX_UNIT, max(1.0, max(model.size, default=1) / _SIZE_SCALE))
+        costs = model.cand_cost
+        self.objective_scale = max((c for c in costs), default=1.0) or 1.0
+        self.lower_dyn = max(0, model.lower_bound() - model.static_bytes)
+        self.anchors = _anchor_sets(model)
+        if sum(len(a) for a in self.anchors) > MAX_Z_VARIABLES:
+            self.too_large = True
+            return
+        minimise_peak = dyn_budget is None
+        self.r_col = [self.column(0.0 if minimise_peak else costs[i] / self.objective_scale, 0, 1, True)
+                      for i in range(m)]
+        self.z_cols: list[list[int]] = []
+        for i in range(m):
+            first_late = model.cand_first_late[i]
+            self.z_cols.append([self.r_col[i] if a == first_late else self.column(0.0, 0, 1) for a in self.anchors[i]])
+        self.m_col = self.column(1.0, self.lower_dyn / self.unit, INF) if minimise_peak else -1
+        self.limit = INF if dyn_budget is None else (dyn_budget + 0.5) / self.unit
+        self._anchor_rows()
+        self._memory_rows()
+
+    # -- building blocks
+
+    def column(self, cost: float, lo: float, hi: float, integer: bool = False) -> int:
+        self.cost.append(cost)
+        self.col_lo.append(lo)
+        self.col_hi.append(hi)
+        self.integer.append(integer)
+        return len(self.cost) - 1
+
+    def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
+        for col, value in terms.items():
+            if value:
+                self.index_nz.append(col)
+                self.values_nz.append(value)
+        self.starts.append(len(self.index_nz))
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+
+    def z(self, i: int, p: int) -> int | None:
+        """The column of ``z_{i,p}``, or ``None`` when it is 0."""
+        k = bisect.bisect_right(self.anchors[i], p) - 1
+        return None if k < 0 else self.z_cols[i][k]
+
+    def effective(self, i: int) -> int:
+        return self.z_cols[i][-1]
+
+    def after(self, h: int, p: int, q: int | None) -> dict[int, float] | None:
+        """``ind``: the recompute of ``h`` runs at or after key ``(p, q)``; ``None`` if never."""
+        at = p - 1 if q is not None and self.model.cand_op[h] >= q else p
+        if self.anchors[h][-1] <= at:
+            return None
+        expr = {self.effective(h): 1.0}
+        col = self.z(h, at)
+        if col is not None:
+            expr[col] = expr.get(col, 0.0) - 1.0
+        return expr
+
+    # -- the rows
+
+    def _anchor_rows(self) -> None:
+        model = self.model
+        for i in range(model.num_candidates):
+            first_late = model.cand_first_late[i]
+            r = self.r_col[i]
+            for a, zc in zip(self.anchors[i], self.z_cols[i]):
+                if a == first_late:
+                    continue
+                below = [c for c in (self.z(j, a) for j in model.cand_consumers[i]) if c is not None]
+                self.row({zc: 1.0, r: -1.0}, -INF, 0.0)
+                terms = {zc: 1.0}
+                for c in below:
+                    terms[c] = terms.get(c, 0.0) - 1.0
+                self.row(terms, -INF, 0.0)
+                for c in below:
+                    self.row({zc: 1.0, c: -1.0, r: -1.0}, -1.0, INF)
+
+    def _memory_rows(self) -> None:
+        model = self.model
+        n = model.num_ops
+        anchors = self.anchors
+        live_at: list[list[int]] = [[] for _ in range(n)]
+        for j, size in enumerate(model.size):
+            if not size:
+                continue
+            end = model.last[j]
+            for h in model.readers[j]:
+                end = max(end, anchors[h][-1])
+            p = model.producer[j]
+            if p >= 0:
+                end = max(end, anchors[p][-1])
+            for step in range(model.start[j], min(end, n - 1) + 1):
+                live_at[step].append(j)
+        keys: list[tuple[int, int | None]] = [(p, None) for p in range(n)]
+        for h in range(model.num_candidates):
+            touched = list(model.cand_inputs[h]) + list(model.cand_outputs[h])
+            for a in anchors[h]:
+                if any(model.last[j] < a or (model.producer[j] >= 0 and model.late_last[j] < a) for j in touched):
+                    keys.append((a, model.cand_op[h]))
+        for p, q in keys:
+            self._memory_row(p, q, live_at[p])
+            if len(self.values_nz) > MAX_NONZEROS:
+                self.too_large = True
+                return
+
+    def _memory_row(self, p: int, q: int | None, storages: list[int]) -> None:
+        model = self.model
+        unit = self.unit
+        const = 0.0
+        terms: dict[int, float] = {}
+        pending: list[tuple[float, list[tuple[dict[int, float], float]]]] = []
+        upper = 0.0
+        for j in storages:
+            size = model.size[j] / unit
+            born_later = model.start[j] > p or (model.start[j] == p and q is not None)
+            versions = (None if born_later else self._original(j, p, q),
+                        None if model.producer[j] < 0 else self._recomputed(j, p, q))
+            for contribution in versions:
+                if contribution is None:
+                    continue
+                tag, body = contribution
+                upper += size
+                if tag == "const":
+                    const += size
+                elif tag == "literal":
+                    expr, c0 = body
+                    const += size * c0
+                    for col, coef in expr.items():
+                        terms[col] = terms.get(col, 0.0) + size * coef
+                else:
+                    pending.append((size, body))
+        if upper <= self.limit and self.m_col < 0:
+            return
+        if self.m_col >= 0 and upper <= self.lower_dyn / unit:
+            return
+        for size, bounds in pending:
+            aux = self._aux(bounds)
+            terms[aux] = terms.get(aux, 0.0) + size
+        if self.m_col >= 0:
+            terms[self.m_col] = terms.get(self.m_col, 0.0) - 1.0
+            self.row(terms, -INF, -const)
+        else:
+            self.row(terms, -INF, self.limit - const)
+
+    def _aux(self, bounds: list[tuple[dict[int, float], float]]) -> int:
+        """An auxiliary at least every ``expr + const`` of ``bounds``; one per distinct set.
+
+        Between two anchor points a storage's bounds repeat step after step (``z``
+        only changes at anchors), so sharing them keeps the MILP small.
+        """
+        key = tuple(sorted((tuple(sorted(expr.items())), c0) for expr, c0 in bounds))
+        aux = self.aux_cache.get(key)
+        if aux is None:
+            aux = self.aux_cache[key] = self.column(0.0, 0.0, 1.0)
+            self.aux_bounds.append((aux, bounds))
+            for expr, c0 in bounds:
+                row = {aux: 1.0}
+                for col, coef in expr.items():
+                    row[col] = row.get(col, 0.0) - coef
+                self.row(row, c0, INF)
+        return aux
+
+    def _original(self, j: int, p: int, q: int | None):
+        """Liveness of storage ``j``'s original at ``(p, q)``: ``None`` (0), a constant,
+        an affine literal ``(expr, const)``, or lower bounds for an auxiliary."""
+        model = self.model
+        producer = model.producer[j]
+        early_end = model.early_last[j] if producer >= 0 else model.last[j]
+        if p <= early_end:
+            return ("const", None)
+        r = self.r_col[producer] if producer >= 0 else None
+        if p <= model.last[j]:
+            return ("literal", ({r: -1.0}, 1.0)) if r is not None else ("const", None)
+        bounds = []
+        for h in model.readers[j]:
+            ind = self.after(h, p, q)
+            if ind is None:
+                continue
+            expr = dict(ind)
+            if r is not None:
+                expr[r] = expr.get(r, 0.0) - 1.0
+            bounds.append((expr, 0.0))
+        return ("aux", bounds) if bounds else None
+
+    def _recomputed(self, j: int, p: int, q: int | None):
+        """Liveness of storage ``j``'s recompute at ``(p, q)`` (see ``_original``)."""
+        model = self.model
+        producer = model.producer[j]
+        own = model.cand_op[producer]
+        start = self.z(producer, p if q is None or own <= q else p - 1)
+        if start is None:
+            return None
+        if p <= model.late_last[j]:
+            return ("literal", ({start: 1.0}, 0.0))
+        bounds = []
+        for h in model.readers[j]:
+            ind = self.after(h, p, q)
+            if ind is None:
+                continue
+            expr = dict(ind)
+            expr[start] = expr.get(start, 0.0) + 1.0
+            bounds.append((expr, -1.0))
+        if q == own:
+            expr = {self.z(producer, p): 1.0}  # type: ignore[dict-item]
+            previous = self.z(producer, p - 1)
+            if previous is not None:
+                expr[previous] = expr.get(previous, 0.0) - 1.0
+            bounds.append((expr, 0.0))
+        return ("aux", bounds) if bounds else None
+
+    # -- a warm start
+
+    def values(self, chosen: Sequence[int]) -> list[float]:
+        """Column values of the choice ``chosen`` (a full, feasible-if-it-fits point)."""
+        ev = evaluate(self.model, chosen)
+        x = [0.0] * len(self.cost)
+        for i in ev.chosen:
+            x[self.r_col[i]] = 1.0
+        for i, a in ev.anchor.items():
+            for anchor, col in zip(self.anchors[i], self.z_cols[i]):
+                if anchor >= a:
+                    x[col] = 1.0
+        for i in set(chosen) - set(ev.chosen):
+            x[self.r_col[i]] = 1.0
+        for aux, bounds in self.aux_bounds:
+            need = max((c0 + sum(coef * x[col] for col, coef in expr.items()) for expr, c0 in bounds), default=0.0)
+            x[aux] = min(1.0, max(0.0, need))
+        if self.m_col >= 0:
+            x[self.m_col] = max(self.col_lo[self.m_col], ev.load / self.unit)
+        return x
+
+
+def _anchor_sets(model: RematModel) -> list[list[int]]:
+    """``A_i`` for every candidate, last candidate first (consumers come later)."""
+    m = model.num_candidates
+    anchors: list[list[int]] = [[] for _ in range(m)]
+    total = 0
+    for i in reversed(range(m)):
+        first_late = model.cand_first_late[i]
+        found = {first_late} if first_late < NEVER else set()
+        for c in model.cand_consumers[i]:
+            found.update(a for a in anchors[c] if a < first_late)
+        anchors[i] = sorted(found)
+        total += len(found)
+        if total > MAX_Z_VARIABLES:
+            break
+    return anchors
+
+
+# --- backends ------------------------------------------------------------------------
+
+
+def _solve_highspy(f: _Formulation, time_limit_s: float, warm: list[float] | None):
+    import highspy
+    import numpy as np
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 1e-9)
+    lp = highspy.HighsLp()
+    lp.num_col_ = len(f.cost)
+    lp.num_row_ = len(f.row_lo)
+    lp.col_cost_ = np.array(f.cost, dtype=float)
+    lp.col_lower_ = np.array(f.col_lo, dtype=float)
+    lp.col_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.col_hi], dtype=float)
+    lp.row_lower_ = np.array([-highspy.kHighsInf if v == -INF else v for v in f.row_lo], dtype=float)
+    lp.row_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.row_hi], dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(f.starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(f.index_nz, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(f.values_nz, dtype=float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in f.integer]
+    h.passModel(lp)
+    if warm is not None:
+        solution = highspy.HighsSolution()
+        solution.col_value = list(warm)
+        solution.value_valid = True
+        h.setSolution(solution)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2
+    x = list(h.getSolution().col_value) if has_solution else None
+    objective = info.objective_function_value if has_solution else None
+    bound = info.mip_dual_bound
+    names = highspy.HighsModelStatus
+    if status == names.kOptimal:
+        return "optimal", x, objective, objective if bound is None else bound
+    if status == names.kInfeasible:
+        return "infeasible", None, None, None
+    if status in (names.kTimeLimit, names.kInterrupt, names.kIterationLimit, names.kSolutionLimit):
+        return "time_limit", x, objective, bound
+    return "error", x, objective, None
+
+
+def _solve_scipy(f: _Formulation, time_limit_s: float, warm: list[float] | None):
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
+    from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
+
+    del warm  # scipy's milp takes no starting point
+    matrix = csr_matrix(
+        (np.array(f.values_nz, dtype=float), np.array(f.index_nz), np.array(f.starts)),
+        shape=(len(f.row_lo), len(f.cost)),
+    )
+    constraints = [LinearConstraint(matrix, np.array(f.row_lo), np.array(f.row_hi))] if f.row_lo else []
+    result = milp(
+        np.array(f.cost),
+        integrality=np.array(f.integer, dtype=int),
+        bounds=Bounds(np.array(f.col_lo), np.array(f.col_hi)),
+        constraints=constraints,
+        options={"time_limit": float(time_limit_s), "mip_rel_gap": 0.0, "disp": False},
+    )
+    x = None if result.x is None else list(result.x)
+    bound = getattr(result, "mip_dual_bound", None)
+    if result.status == 0:
+        return "optimal", x, result.fun, result.fun if bound is None else bound
+    if result.status == 2:
+        return "infeasible", None, None, None
+    if result.status == 1:
+        return "time_limit", x, None if x is None else result.fun, bound
+    return "error", x, None, None
