@@ -41,6 +41,9 @@ _LAZY = {
     "evaluate": "mpplan.runtime",
     "apply": "mpplan.runtime",
     "Measurement": "mpplan.runtime",
+    "run_config": "mpplan.runtime",
+    "remat": "mpplan.passes.remat",
+    "run_search": "mpplan.cluster",
 }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +25,7 @@ from mpplan.graph import Graph
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _configure_logging(args.quiet, args.verbose)
     try:
         return args.func(args)
     except MpplanError as exc:
@@ -31,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mpplan: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     from mpplan import __version__
 
     parser.add_argument("--version", action="version", version=f"mpplan {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress bars")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     inspect = verbs.add_parser("inspect", help="sizes and bounds of a model's graph")
@@ -60,6 +68,23 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(verify)
     verify.set_defaults(func=cmd_verify)
 
+    run = verbs.add_parser("run", help="plan, execute the plan for real, measure it against eager PyTorch")
+    run.add_argument("config", help="a run config with model.torch")
+    run.add_argument("--out", help="output folder (default: the config's output.dir)")
+    run.add_argument("--no-arena", action="store_true", help="let the allocator place tensors instead of the arena")
+    run.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
+    run.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    _add_set(run)
+    run.set_defaults(func=cmd_run)
+
+    search = verbs.add_parser("search", help="search plans over the config's search.space on Ray")
+    search.add_argument("config", help="a run config with a search section")
+    search.add_argument("--address", help="Ray cluster to join: auto or ray://host:port (default: embedded Ray)")
+    search.add_argument("--resume", action="store_true", help="continue a search in --out, skipping finished candidates")
+    search.add_argument("--out", help="output folder (default: the config's output.dir)")
+    _add_set(search)
+    search.set_defaults(func=cmd_search)
+
     report = verbs.add_parser("report", help="Markdown (and HTML) report with figures for a plan or a search")
     report.add_argument("source", help="plan.json, or a folder holding plan.json or a search's results.jsonl")
     report.add_argument("--html", action="store_true", help="also write report.html")
@@ -70,6 +95,16 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", required=True, choices=("accelerate", "split-points"))
     export.set_defaults(func=cmd_export)
     return parser
+
+
+def _configure_logging(quiet: bool, verbose: bool) -> None:
+    """Library code logs under the ``mpplan`` logger; the CLI shows it on stderr."""
+    logger = logging.getLogger("mpplan")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("mpplan: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -164,6 +199,50 @@ def cmd_report(args: argparse.Namespace) -> int:
         html=args.html,
     )
     print(f"report written to {path}" + (f" and {path.with_suffix('.html')}" if args.html else ""))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mpplan.config import load_config
+    from mpplan.plan import save_plan, write_json_atomic
+    from mpplan.report import format_table
+    from mpplan.runtime import run_config
+    from mpplan.units import format_size
+
+    if args.steps < 1 or args.warmup < 0:
+        raise ConfigError("--steps must be at least 1 and --warmup at least 0")
+    config = load_config(args.config, args.set)
+    result = run_config(config, arena=not args.no_arena, steps=args.steps, warmup=args.warmup)
+    out = _out_dir(args.out, config.output.dir)
+    save_plan(result.plan, out / "plan.json")
+    data = result.measurement.to_dict()
+    write_json_atomic(data, out / "measurement.json")
+    rows = [
+        (d["name"], format_size(d["predicted_peak_bytes"]), format_size(d["measured_peak_bytes"]), f"{d['error_pct']:+.2f}%")
+        for d in data["devices"]
+    ]
+    print(format_table(("device", "predicted peak", "measured peak", "error"), rows))
+    eager = data.get("eager") or {}
+    for d in eager.get("devices", []):
+        print(f"eager PyTorch on {d['name']}: measured peak {format_size(d['measured_peak_bytes'])}")
+    print(f"step time {data['step_time_s']:.4f} s (eager {eager.get('step_time_s', float('nan')):.4f} s)")
+    numerics = data.get("numerics") or {}
+    print(f"numerics: {'ok' if numerics.get('ok') else 'MISMATCH at ' + str(numerics.get('first_bad_op'))}"
+          f" (max abs diff {numerics.get('max_abs_diff')})")
+    graph = _graph_from(args.config, args.set)
+    baselines = {"planned peak (max over devices)": result.plan.max_peak_bytes}
+    report = _write_plan_report(graph, result.plan, out, baselines, measurement=data)
+    print(f"plan, measurement and report written to {out} ({report.name})")
+    return 0 if numerics.get("ok", True) else 1
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from mpplan.cluster import run_search
+    from mpplan.config import load_config
+
+    config = load_config(args.config, args.set)
+    summary = run_search(config, address=args.address, resume=args.resume, out=args.out, progress=not args.quiet)
+    print(summary.text())
     return 0
 
 

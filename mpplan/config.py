@@ -91,6 +91,21 @@ class ShiftSection:
 
 
 @dataclass(frozen=True)
+class RematSection:
+    """Rematerialisation: recompute activations in the backward pass instead of keeping them."""
+
+    policy: Literal["none", "mirror", "sqrt", "budget"] = _doc("what to recompute", default="none")
+    threshold: Size | None = _doc(
+        "mirror: bytes a recomputed stretch may make before a stage is kept (64MB; 0 recomputes nothing; "
+        "unset searches it as MXNet does)",
+        default=None,
+    )
+    budget: Any = _doc("budget: per-device bytes (16GiB) or a fraction of the no-remat peak (0.8)", default=None)
+    solver: Literal["auto", "heuristic", "exact"] = _doc("budget: fast heuristic, exact ILP, or auto by size", default="auto")
+    time_limit_s: float = _doc("budget: time limit of the exact solver", default=60.0)
+
+
+@dataclass(frozen=True)
 class PlannerSection:
     """How plans are made."""
 
@@ -109,6 +124,7 @@ class PlannerSection:
     device_map: dict[str, str] = _doc("manual placement: module path prefix -> device name", default_factory=dict)
     no_split: tuple[str, ...] = _doc("module path prefixes a pipeline stage boundary must not cut", default=())
     shift: ShiftSection = _doc("placement: shift settings", default_factory=ShiftSection)
+    remat: RematSection = _doc("rematerialisation settings", default_factory=RematSection)
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     for i, dev in enumerate(config.devices):
         _check_device(dev, source, f"devices[{i}]")
     resolve_devices(config)
+    _check_remat(config.planner.remat, source)
     if config.planner.alignment < 1:
         raise ConfigError(f"{source}: planner.alignment: must be a positive number of bytes, got {config.planner.alignment}")
     for key, value in config.workload.items():
@@ -330,7 +347,7 @@ def axis_values(spec: Any, source: str = "<config>", where: str = "search.space"
             _check_axis_size(len(values), source, where)
             value *= factor
         if isinstance(low, int) and isinstance(high, int):  # integer ends: round, keep distinct sizes
-            values = list(dict.fromkeys(int(round(v)) for v in values))
+            values = list(dict.fromkeys(round(v) for v in values))
     return tuple(values)
 
 
@@ -431,6 +448,30 @@ def _check_model(config: Config, source: str) -> None:
         _check_inputs(torch_model.inputs, config.workload, source)
     if config.model.synthetic is not None and "kind" not in config.model.synthetic:
         raise ConfigError(f"{source}: model.synthetic.kind: missing; name a generator such as chain or transformer")
+
+
+def _check_remat(remat: RematSection, source: str) -> None:
+    if remat.policy == "budget":
+        if remat.budget is None:
+            raise ConfigError(f"{source}: planner.remat.budget: budget needs bytes (16GiB) or a fraction (0.8)")
+        try:
+            parse_budget(remat.budget)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: planner.remat.budget: {exc}") from None
+    if remat.time_limit_s <= 0:
+        raise ConfigError(f"{source}: planner.remat.time_limit_s: must be positive")
+
+
+def parse_budget(value: Any) -> int | float:
+    """A remat budget: a fraction in (0, 1] of the no-remat peak (float) or a size in bytes (int)."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        if not 0 < value <= 1:
+            raise ValueError(f"a fraction must lie in (0, 1], got {value}")
+        return value
+    size = parse_size(value)
+    if size <= 0:
+        raise ValueError("must be positive")
+    return size
 
 
 def _check_inputs(inputs: Any, workload: dict[str, int], source: str) -> None:

@@ -118,7 +118,7 @@ def test_bad_config_key_is_one_line(capsys, tmp_path):
     config = write_config(tmp_path, "model: {synthetic: {kind: chain, n: 3}}\nplanner: {schedul: dfs}\n")
     code, _, err = run(capsys, "plan", str(config))
     assert code == 2
-    assert err == f"mpplan: error: {config}: planner.schedul: unknown key; expected one of schedule, assign, alignment, parallel_safe, placement, device_map, no_split, shift\n"
+    assert err == f"mpplan: error: {config}: planner.schedul: unknown key; expected one of schedule, assign, alignment, parallel_safe, placement, device_map, no_split, shift, remat\n"
 
 
 def test_plan_without_devices_is_an_error(capsys, tmp_path):
@@ -145,3 +145,36 @@ def test_configs_folder_configs_parse():
     assert configs, "configs/ ships ready runs"
     for path in configs:
         load_config(path)
+
+
+def test_plan_with_remat_records_the_recomputes_and_verifies(capsys, tmp_path):
+    body = """
+        model: {{synthetic: {{kind: transformer, layers: 2, train: true, batch: 4, seq: 32, hidden: 16, heads: 2,
+                             vocab: 32}}}}
+        devices: [{{name: gpu0, capacity: 1GiB}}]
+        planner: {{remat: {remat}}}
+        """
+    plain = write_config(tmp_path, body.format(remat="{policy: none}"), "plain.yaml")
+    sqrt = write_config(tmp_path, body.format(remat="{policy: sqrt}"), "sqrt.yaml")
+    for config in (plain, sqrt):
+        code, _, err = run(capsys, "plan", str(config), "--out", str(tmp_path / config.stem))
+        assert code == 0, err
+    base, remat = (load_plan(tmp_path / name / "plan.json") for name in ("plain", "sqrt"))
+    assert not base.remat and remat.remat and remat.compute_overhead > 0
+    assert remat.settings["remat"]["policy"] == "sqrt"
+    assert remat.max_peak_bytes < base.max_peak_bytes
+    code, out, err = run(capsys, "verify", str(tmp_path / "sqrt" / "plan.json"), "--config", str(sqrt))
+    assert code == 0 and "ok" in out, err
+
+
+def test_bad_remat_budget_is_one_line(capsys, tmp_path):
+    config = write_config(
+        tmp_path,
+        """
+        model: {synthetic: {kind: chain, n: 5}}
+        planner: {remat: {policy: budget, budget: lots}}
+        """,
+    )
+    code, _, err = run(capsys, "plan", str(config))
+    assert code == 2
+    assert err.startswith(f"mpplan: error: {config}: planner.remat.budget:") and err.count("\n") == 1

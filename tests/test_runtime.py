@@ -20,7 +20,7 @@ import torch
 from mpplan import zoo
 from mpplan.capture.torch_capture import CapturedProgram, capture_program
 from mpplan.config import Device, parse_config
-from mpplan.errors import InfeasibleError, PlanError, VerificationError
+from mpplan.errors import PlanError, VerificationError
 from mpplan.passes.liveness import live_ranges
 from mpplan.plan import Buffer, Plan
 from mpplan.planner import PlannerSettings, placed_graph, plan
@@ -348,9 +348,9 @@ def test_cuda_multi_gpu(arena: bool) -> None:
     assert m.numerics is not None and m.numerics.ok, m.numerics
 
 
-@pytest.mark.parametrize("policy", ["sqrt", "mirror", "budget"])
 @pytest.mark.parametrize("ndev", [1, 2])
-@pytest.mark.parametrize("name", ["gpt", "mlp"])
+@pytest.mark.parametrize(("name", "policy"), [("gpt", "sqrt"), ("gpt", "mirror"), ("gpt", "budget"), ("mlp", "sqrt"),
+                                              ("mlp", "mirror")])
 def test_rematerialised_plans_run_exactly(cases, name: str, ndev: int, policy: str) -> None:
     """Recompute ops rerun their fx node; measured peaks equal the plan's and gradients match eager."""
     case = cases[(name, "train")]
@@ -358,13 +358,10 @@ def test_rematerialised_plans_run_exactly(cases, name: str, ndev: int, policy: s
         placement="pipeline" if ndev > 1 else "single",
         remat=policy,
         remat_threshold=1 << 40 if policy == "mirror" else None,
-        remat_budget=0.8 if policy == "budget" else None,
+        remat_budget=0.9 if policy == "budget" else None,
         remat_solver="heuristic",
     )
-    try:
-        planned = plan(case.program.graph, _devices(ndev), settings)
-    except InfeasibleError:
-        pytest.skip("no recompute fits 90% of this tiny model's peak")
+    planned = plan(case.program.graph, _devices(ndev), settings)  # the tiny MLP fits no budget below its peak
     assert planned.remat, "the policy recomputed nothing"
     assert planned.compute_overhead > 0
     verify(case.program.graph, planned)

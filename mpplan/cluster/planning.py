@@ -1,0 +1,143 @@
+"""Driver-side planning of search points: config, graph, key and plan, without a GPU.
+
+Each point either ends here (``predicted_misfit``, ``error``, or found finished in
+the store on resume) or becomes a ``Candidate`` predicted to fit, to be ranked and
+perhaps measured.  Graphs are built once per (model, workload): a planner sweep
+over one model captures it once, a batch sweep once per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpplan.capture import graph_from_config
+from mpplan.cluster.records import Candidate, Result, Status, predicted_of
+from mpplan.cluster.space import (
+    Overrides,
+    candidate_config,
+    candidate_key,
+    invalid_key,
+    planner_section,
+    workload_key,
+)
+from mpplan.cluster.store import ResultStore
+from mpplan.config import Config, resolve_devices
+from mpplan.graph import Graph
+from mpplan.plan import Plan
+from mpplan.planner import PlannerSettings, plan
+
+Outcome = Candidate | Result
+"""What planning a point gives: a candidate still to rank and measure, or a finished result."""
+
+
+@dataclass
+class PointPlanner:
+    """Plans points of one search; final outcomes go to ``record``, fitting plans are kept by key.
+
+    ``store`` is read to skip finished points (resume); only ``record`` writes.
+    """
+
+    base: dict[str, Any]
+    source: str
+    store: ResultStore
+    record: Callable[[Result], None]
+    plans: dict[str, Plan] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)
+    """Every key this search resolved: the results that belong to the current space."""
+    _graphs: dict[str, Graph] = field(default_factory=dict, repr=False)
+
+    def resolve(self, overrides: Overrides) -> Outcome:
+        """The point's stored result if it has one, else its plan's verdict (recorded when final)."""
+        try:
+            config = candidate_config(self.base, overrides, self.source)
+        except Exception as exc:  # noqa: BLE001 - an invalid combination is one bad candidate
+            return self._finish(Result(invalid_key(overrides), Status.ERROR, dict(overrides), error=_message(exc)))
+        try:
+            graph = self._graph(config)
+            devices = resolve_devices(config)
+            settings = PlannerSettings.from_config(config.planner)
+            key = candidate_key(graph.content_hash, planner_section(config), devices, config.workload)
+        except Exception as exc:  # noqa: BLE001
+            return self._finish(Result(invalid_key(overrides), Status.ERROR, dict(overrides), error=_message(exc)))
+        self.keys.add(key)
+        stored = self.store.get(key)
+        if stored is not None:
+            return stored
+        try:
+            if not devices:
+                raise ValueError("devices: needs at least one device to plan for")
+            made = plan(graph, devices, settings)
+        except Exception as exc:  # noqa: BLE001 - a planner failure on one point must not stop the search
+            failed = Result(
+                key,
+                Status.ERROR,
+                dict(overrides),
+                graph_hash=graph.content_hash,
+                settings=settings.to_dict(),
+                workload=dict(config.workload),
+                error=_message(exc),
+            )
+            return self._finish(failed)
+        candidate = Candidate(key, tuple(overrides), config, made)
+        if made.misfits:
+            return self._finish(result_of(candidate, Status.PREDICTED_MISFIT))
+        self.plans[key] = made
+        return candidate
+
+    def candidate(self, result: Result) -> Candidate:
+        """Plan a stored ``predicted_fit`` result again, to measure it (a resume with a larger ``top_k``)."""
+        overrides = tuple(result.overrides.items())
+        config = candidate_config(self.base, overrides, self.source)
+        made = self.plans.get(result.key) or plan(
+            self._graph(config), resolve_devices(config), PlannerSettings.from_config(config.planner)
+        )
+        self.plans[result.key] = made
+        return Candidate(result.key, overrides, config, made)
+
+    def _graph(self, config: Config) -> Graph:
+        key = workload_key(config)
+        if key not in self._graphs:
+            self._graphs[key] = graph_from_config(config)
+        return self._graphs[key]
+
+    def forget(self, keys: set[str]) -> None:
+        """Drop the kept plans of ``keys`` (candidates that will not be measured)."""
+        for key in keys:
+            self.plans.pop(key, None)
+
+    def _finish(self, result: Result) -> Result:
+        self.keys.add(result.key)
+        stored = self.store.get(result.key)
+        if stored is not None:
+            return stored
+        self.record(result)
+        return result
+
+
+def result_of(candidate: Candidate, status: Status, **measured: Any) -> Result:
+    """The result line of a planned candidate; ``measured`` adds measurement, error, attempts, seconds, worker."""
+    plan_ = candidate.plan
+    return Result(
+        key=candidate.key,
+        status=status,
+        overrides=dict(candidate.overrides),
+        graph_hash=plan_.graph_hash,
+        settings=dict(plan_.settings),
+        workload=dict(candidate.config.workload),
+        capacities={d.name: d.capacity_bytes for d in plan_.devices},
+        predicted=predicted_of(plan_),
+        **measured,
+    )
+
+
+def predicted_to_fit(outcome: Outcome) -> bool:
+    """Whether the point's plan fits by prediction (a measured result was predicted to fit)."""
+    if isinstance(outcome, Candidate):
+        return True
+    return outcome.predicted is not None and outcome.status is not Status.PREDICTED_MISFIT
+
+
+def _message(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

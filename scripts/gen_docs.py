@@ -1,0 +1,14 @@
+"""Regenerate docs/configuration.md and docs/cli.md from the code: ``python scripts/gen_docs.py``."""
+
+import os
+from pathlib import Path
+
+from mpplan.reference import cli_reference, config_reference
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+if __name__ == "__main__":
+    os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal: pin it, as the test does
+    (DOCS / "configuration.md").write_text(config_reference())
+    (DOCS / "cli.md").write_text(cli_reference())
+    print("wrote docs/configuration.md and docs/cli.md")
