@@ -8,6 +8,7 @@ not fit.  Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -142,10 +143,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     path = save_plan(result, out / "plan.json")
     static = sim.static_bytes(graph)
     baselines = {
-        "as-given order, no sharing": static + sim.no_sharing_bytes(graph),
-        "as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
-        "this plan": result.max_peak_bytes,
+        "one device, as-given order, no sharing": static + sim.no_sharing_bytes(graph),
+        "one device, as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
     }
+    if result.remat:
+        without = plan(graph, devices, dataclasses.replace(settings, remat="none"))
+        baselines["these settings without recomputation"] = without.max_peak_bytes
+    baselines["this plan"] = result.max_peak_bytes
     print(plan_text(result, baselines))
     report = _write_plan_report(graph, result, out, baselines)
     print(f"\nplan written to {path} (verified); report: {report}")
@@ -169,11 +173,17 @@ def _write_plan_report(graph: Graph, plan, out: Path, baselines: dict[str, int],
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    path = _report_folder(Path(args.source), html=args.html)
+    print(f"report written to {path}" + (f" and {path.with_suffix('.html')}" if args.html else ""))
+    return 0
+
+
+def _report_folder(source: Path, *, html: bool) -> Path:
+    """Write the report of a plan file, a plan's folder or a search's folder (its best plan and candidates)."""
     from mpplan.plan import load_plan
     from mpplan.report import write_report
     from mpplan.timeline import Timeline
 
-    source = Path(args.source)
     folder = source if source.is_dir() else source.parent
     results = None
     if (folder / "results.jsonl").is_file():
@@ -189,17 +199,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         return json.loads(path.read_text()) if path.is_file() else None
 
     timeline_data = optional("timeline.json")
-    path = write_report(
+    measurement = optional("measurement.json") or (optional("result.json") or {}).get("measurement")
+    return write_report(
         folder,
         plan,
         timeline=Timeline.from_dict(timeline_data) if timeline_data else None,
-        measurement=optional("measurement.json"),
+        measurement=measurement,
         baselines=optional("baselines.json"),
         results=results,
-        html=args.html,
+        html=html,
     )
-    print(f"report written to {path}" + (f" and {path.with_suffix('.html')}" if args.html else ""))
-    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -231,6 +240,9 @@ def cmd_run(args: argparse.Namespace) -> int:
           f" (max abs diff {numerics.get('max_abs_diff')})")
     graph = _graph_from(args.config, args.set)
     baselines = {"planned peak (max over devices)": result.plan.max_peak_bytes}
+    eager_peaks = [d["measured_peak_bytes"] for d in eager.get("devices", [])]
+    if eager_peaks:
+        baselines["eager PyTorch, measured (max over devices)"] = max(eager_peaks)
     report = _write_plan_report(graph, result.plan, out, baselines, measurement=data)
     print(f"plan, measurement and report written to {out} ({report.name})")
     return 0 if numerics.get("ok", True) else 1
@@ -243,7 +255,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     summary = run_search(config, address=args.address, resume=args.resume, out=args.out, progress=not args.quiet)
     print(summary.text())
+    if summary.best is not None and summary.best_plan is not None:
+        _write_best_timeline(config, summary.best.overrides, summary.best_plan)
+        print(f"report: {_report_folder(summary.out, html=False)}")
     return 0
+
+
+def _write_best_timeline(config, overrides: dict, plan_path: Path) -> None:
+    """``timeline.json`` beside the search's best plan, from the graph of the best point's config."""
+    from mpplan.capture import graph_from_config
+    from mpplan.cluster.space import base_raw, candidate_config
+    from mpplan.plan import load_plan, write_json_atomic
+    from mpplan.timeline import timeline
+
+    best_config = candidate_config(base_raw(config), tuple(overrides.items()), config.source)
+    line = timeline(graph_from_config(best_config), load_plan(plan_path))
+    write_json_atomic(line.to_dict(), plan_path.parent / "timeline.json")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

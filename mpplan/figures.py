@@ -87,12 +87,15 @@ def device_bars(plan: Plan, path: Path, measured: dict[str, int] | None = None) 
 
 
 def candidates(results: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Search candidates as peak memory against step time, the Pareto front drawn, misfits marked."""
+    """Search candidates (``report.candidate_rows``) as peak memory against step time, the Pareto front
+    drawn; candidates never measured sit in a column on the right at their predicted peak."""
     plt = _pyplot()
-    ok = [(r["peak_bytes"], r["step_time_s"]) for r in results if r.get("status") == "ok"
-          and r.get("peak_bytes") is not None and r.get("step_time_s") is not None]
-    misfit = [r["peak_bytes"] for r in results if r.get("status") != "ok" and r.get("peak_bytes") is not None]
-    top = max([p for p, _ in ok] + misfit + [1])
+    ok = [(r["peak_bytes"], r["step_time_s"]) for r in results if r["status"] == "ok"
+          and r["peak_bytes"] is not None and r["step_time_s"] is not None]
+    unmeasured = [r["peak_bytes"] for r in results if r["status"] == "predicted_fit" and r["peak_bytes"] is not None]
+    misfit = [r["peak_bytes"] for r in results
+              if r["status"] not in ("ok", "predicted_fit") and r["peak_bytes"] is not None]
+    top = max([p for p, _ in ok] + misfit + unmeasured + [1])
     scale, unit = _unit(top)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     if ok:
@@ -100,8 +103,11 @@ def candidates(results: Sequence[dict[str, Any]], path: Path) -> Path:
         front = pareto_front(ok)
         ax.plot([t for _, t in front], [p / scale for p, _ in front], color="#111827", lw=1.2,
                 drawstyle="steps-post", label="Pareto front")
+    x = max([t for _, t in ok], default=1.0) * 1.05
+    if unmeasured:
+        ax.scatter([x] * len(unmeasured), [p / scale for p in unmeasured], marker="o", facecolors="none",
+                   edgecolors="#6b7280", label="not measured (predicted peak)")
     if misfit:
-        x = max([t for _, t in ok], default=1.0) * 1.05
         ax.scatter([x] * len(misfit), [p / scale for p in misfit], marker="x", color="#dc2626",
                    label="misfit / failed (predicted peak)")
     ax.set_xlabel("step time (s)")

@@ -38,30 +38,39 @@ def summary_text(summary: GraphSummary) -> str:
 
 
 def plan_text(plan: Plan, baselines: dict[str, int]) -> str:
-    """Per-device table, cross-device traffic, and the one-device baselines that show
-    what reordering and sharing bought."""
+    """Per-device table, placement, traffic and recomputation, and the baselines that show
+    what reordering, sharing and recomputing bought."""
+    table = format_table(DEVICE_HEADERS, _device_rows(plan))
+    base = format_table(("baseline", "peak"), [(k, _bytes(v)) for k, v in baselines.items()])
+    return f"{table}\n" + "\n".join(_plan_facts(plan)) + f"\n\n{base}"
+
+
+DEVICE_HEADERS = ("device", "static", "activations (arena)", "copies in", "peak", "lower bound", "capacity", "used")
+
+
+def _device_rows(plan: Plan) -> list[tuple[str, ...]]:
     copies_in = {d.name: 0 for d in plan.devices}
     for c in plan.copies:
         copies_in[c.dst] += c.bytes
-    rows = [
-        (
-            d.name,
-            _bytes(d.static_bytes),
-            _bytes(d.arena_bytes),
-            _bytes(copies_in[d.name]),
-            _bytes(d.peak_bytes),
-            _bytes(d.lower_bound_bytes),
-            _bytes(d.capacity_bytes),
-            f"{100 * d.peak_bytes / d.capacity_bytes:.1f}%" if d.capacity_bytes else "-",
-        )
+    return [
+        (d.name, _bytes(d.static_bytes), _bytes(d.arena_bytes), _bytes(copies_in[d.name]), _bytes(d.peak_bytes),
+         _bytes(d.lower_bound_bytes), _bytes(d.capacity_bytes),
+         f"{100 * d.peak_bytes / d.capacity_bytes:.1f}%" if d.capacity_bytes else "-")
         for d in plan.devices
     ]
-    headers = ("device", "static", "activations (arena)", "copies in", "peak", "lower bound", "capacity", "used")
-    table = format_table(headers, rows)
+
+
+def _plan_facts(plan: Plan) -> list[str]:
+    """One line each: placement and traffic; recomputation, when the plan recomputes."""
     placement = plan.settings.get("placement_chosen", "single")
-    traffic = f"placement: {placement}; cross-device bytes per step: {_bytes(plan.cross_device_bytes)}"
-    base = format_table(("baseline (one device)", "peak"), [(k, _bytes(v)) for k, v in baselines.items()])
-    return f"{table}\n{traffic}\n\n{base}"
+    facts = [f"placement: {placement}; cross-device bytes per step: {_bytes(plan.cross_device_bytes)}"]
+    if plan.remat:
+        recomputed = sum(int(r.get("bytes", 0)) for r in plan.remat)
+        facts.append(
+            f"recomputation ({plan.settings.get('remat', {}).get('policy', '?')}): {len(plan.remat)} tensors, "
+            f"{_bytes(recomputed)} made again in the backward pass; compute overhead +{100 * plan.compute_overhead:.1f}%"
+        )
+    return facts
 
 
 def _bytes(n: int) -> str:
@@ -94,13 +103,14 @@ def write_report(
     figures.device_bars(plan, out / "devices.png", measured or None)
     images.append(("Memory per device", "devices.png"))
     if baselines:
-        sections.append("## Baselines (one device)\n\n" + _md_table(("baseline", "peak"), [(k, _bytes(v)) for k, v in baselines.items()]))
+        sections.append("## Baselines\n\n" + _md_table(("baseline", "peak"), [(k, _bytes(v)) for k, v in baselines.items()]))
     if measurement:
         sections.append(_measurement_markdown(measurement))
     if results:
-        figures.candidates(results, out / "candidates.png")
+        rows = candidate_rows(results)
+        figures.candidates(rows, out / "candidates.png")
         images.append(("Search candidates: memory against step time", "candidates.png"))
-        sections.append(_results_markdown(results))
+        sections.append(_results_markdown(rows))
     sections += [f"## {title}\n\n![{title}]({name})" for title, name in images]
     text = "\n\n".join(sections) + "\n"
     path = out / "report.md"
@@ -111,24 +121,10 @@ def write_report(
 
 
 def _plan_markdown(plan: Plan) -> str:
-    copies_in = {d.name: 0 for d in plan.devices}
-    for c in plan.copies:
-        copies_in[c.dst] += c.bytes
-    rows = [
-        (d.name, _bytes(d.static_bytes), _bytes(d.arena_bytes), _bytes(copies_in[d.name]), _bytes(d.peak_bytes),
-         _bytes(d.lower_bound_bytes), _bytes(d.capacity_bytes),
-         f"{100 * d.peak_bytes / d.capacity_bytes:.1f}%" if d.capacity_bytes else "-")
-        for d in plan.devices
-    ]
-    table = _md_table(("device", "static", "arena", "copies in", "peak", "lower bound", "capacity", "used"), rows)
-    placement = plan.settings.get("placement_chosen", "single")
-    lines = [
-        f"Graph hash `{plan.graph_hash}`, {len(plan.schedule)} steps, placement **{placement}**, "
-        f"cross-device bytes per step {_bytes(plan.cross_device_bytes)}, predicted peak {_bytes(plan.max_peak_bytes)}.",
-    ]
-    if plan.remat:
-        lines.append(f"Recomputed {len(plan.remat)} tensors; compute overhead {100 * plan.compute_overhead:.1f}%.")
-    return "## Plan\n\n" + "\n".join(lines) + "\n\n" + table
+    table = _md_table(DEVICE_HEADERS, _device_rows(plan))
+    lines = [f"Graph hash `{plan.graph_hash}`, {len(plan.schedule)} steps, predicted peak {_bytes(plan.max_peak_bytes)}."]
+    lines += [fact[0].upper() + fact[1:] + "." for fact in _plan_facts(plan)]
+    return "## Plan\n\n" + "\n\n".join(lines) + "\n\n" + table
 
 
 def _measurement_markdown(m: dict[str, Any]) -> str:
@@ -137,17 +133,42 @@ def _measurement_markdown(m: dict[str, Any]) -> str:
          f"{d.get('error_pct', 0.0):+.2f}%")
         for d in m.get("devices", [])
     ]
-    eager = m.get("eager", {})
+    eager = m.get("eager") or {}
     eager_rows = [(d["name"], _bytes(d["measured_peak_bytes"])) for d in eager.get("devices", [])]
-    numerics = m.get("numerics", {})
+    numerics = m.get("numerics") or {}
     text = "## Measured\n\n" + _md_table(("device", "predicted peak", "measured peak", "error"), rows)
-    text += f"\n\nStep time {m.get('step_time_s', float('nan')):.4f} s (eager {eager.get('step_time_s', float('nan')):.4f} s)."
+    text += f"\n\nStep time {m.get('step_time_s', float('nan')):.4f} s"
+    text += f" (eager {eager['step_time_s']:.4f} s)." if eager.get("step_time_s") is not None else "."
     if eager_rows:
         text += "\n\nEager PyTorch:\n\n" + _md_table(("device", "measured peak"), eager_rows)
+    if not numerics:
+        text += "\n\nNumerics: not checked (no eager run)."
+        return text
     text += f"\n\nNumerics: {'ok' if numerics.get('ok') else 'MISMATCH'}, max abs diff {numerics.get('max_abs_diff')}"
     if numerics.get("first_bad_op"):
         text += f", first bad op `{numerics['first_bad_op']}`"
     return text
+
+
+def candidate_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results.jsonl`` lines as report rows: key, status, peak (measured when measured, else predicted),
+    whether it was measured, step time, and the settings the candidate overrode."""
+    rows = []
+    for r in results:
+        measurement = r.get("measurement") or {}
+        measured = [d["measured_peak_bytes"] for d in measurement.get("devices", []) if d.get("measured_peak_bytes") is not None]
+        predicted = (r.get("predicted") or {}).get("max_peak_bytes")
+        rows.append(
+            {
+                "key": r.get("key", ""),
+                "status": r.get("status", "?"),
+                "peak_bytes": max(measured) if measured else predicted,
+                "measured": bool(measured),
+                "step_time_s": measurement.get("step_time_s"),
+                "label": " ".join(f"{k}={v}" for k, v in sorted((r.get("overrides") or {}).items())),
+            }
+        )
+    return rows
 
 
 def _results_markdown(results: Sequence[dict[str, Any]]) -> str:
@@ -155,12 +176,14 @@ def _results_markdown(results: Sequence[dict[str, Any]]) -> str:
     for r in results:
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
     rows = [
-        (r.get("key", "")[:10], r.get("status", ""), _bytes(r["peak_bytes"]) if r.get("peak_bytes") is not None else "-",
-         f"{r['step_time_s']:.4f}" if r.get("step_time_s") is not None else "-", r.get("label", ""))
+        (r["key"][:10], r["status"], _bytes(r["peak_bytes"]) if r["peak_bytes"] is not None else "-",
+         "measured" if r["measured"] else "predicted",
+         f"{r['step_time_s']:.4f}" if r["step_time_s"] is not None else "-", r["label"])
         for r in results
     ]
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    return f"## Search candidates ({summary})\n\n" + _md_table(("key", "status", "peak", "step time (s)", "settings"), rows)
+    headers = ("key", "status", "peak", "peak is", "step time (s)", "settings")
+    return f"## Search candidates ({summary})\n\n" + _md_table(headers, rows)
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -156,9 +156,13 @@ def test_plan_with_remat_records_the_recomputes_and_verifies(capsys, tmp_path):
         """
     plain = write_config(tmp_path, body.format(remat="{policy: none}"), "plain.yaml")
     sqrt = write_config(tmp_path, body.format(remat="{policy: sqrt}"), "sqrt.yaml")
+    printed = {}
     for config in (plain, sqrt):
-        code, _, err = run(capsys, "plan", str(config), "--out", str(tmp_path / config.stem))
+        code, printed[config.stem], err = run(capsys, "plan", str(config), "--out", str(tmp_path / config.stem))
         assert code == 0, err
+    assert "without recomputation" not in printed["plain"]
+    assert "these settings without recomputation" in printed["sqrt"] and "recomputation (sqrt)" in printed["sqrt"]
+    assert "Recomputation (sqrt)" in (tmp_path / "sqrt" / "report.md").read_text()
     base, remat = (load_plan(tmp_path / name / "plan.json") for name in ("plain", "sqrt"))
     assert not base.remat and remat.remat and remat.compute_overhead > 0
     assert remat.settings["remat"]["policy"] == "sqrt"

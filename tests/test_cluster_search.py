@@ -326,7 +326,10 @@ def test_the_readme_main_job_searches_the_quickstart(tmp_path, capsys):
                  "--set", "search.measure.steps=1", "--set", "search.measure.warmup=0"])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "search finished" in printed and "best (min_peak)" in printed
+    assert "search finished" in printed and "best (min_peak)" in printed and "report:" in printed
+    for figure in ("memory_timeline.png", "devices.png", "candidates.png"):
+        assert (out / figure).stat().st_size > 1000, figure
+    assert "measured" in (out / "report.md").read_text()
     results = lines(out / "results.jsonl")
     assert sorted(r["status"] for r in results) == ["ok", "ok", "predicted_fit", "predicted_fit"]
     best = load_plan(out / "best" / "plan.json")

@@ -52,15 +52,18 @@ def test_report_with_measurement_and_search_results(tmp_path):
         "step_time_s": 0.03,
         "numerics": {"ok": True, "max_abs_diff": 0.0, "first_bad_op": None},
     }
-    results = [
-        {"key": "a", "status": "ok", "peak_bytes": 10 << 20, "step_time_s": 0.3},
-        {"key": "b", "status": "ok", "peak_bytes": 8 << 20, "step_time_s": 0.5},
-        {"key": "c", "status": "ok", "peak_bytes": 12 << 20, "step_time_s": 0.6},
-        {"key": "d", "status": "predicted_misfit", "peak_bytes": 90 << 20, "step_time_s": None},
-    ]
+    def result(key: str, status: str, peak: int, seconds: float | None) -> dict:
+        measured = {"devices": [{"name": "g0", "measured_peak_bytes": peak}], "step_time_s": seconds}
+        return {"key": key, "status": status, "overrides": {"planner.schedule": key},
+                "predicted": {"max_peak_bytes": peak}, "measurement": measured if seconds else None}
+
+    results = [result("a", "ok", 10 << 20, 0.3), result("b", "ok", 8 << 20, 0.5), result("c", "ok", 12 << 20, 0.6),
+               result("d", "predicted_misfit", 90 << 20, None), result("e", "predicted_fit", 11 << 20, None)]
     path = write_report(tmp_path, p, timeline=timeline(graph, p), measurement=measurement, results=results, html=True)
     text = path.read_text()
     assert "| g0 |" in text and "Measured" in text and "predicted_misfit: 1" in text
+    assert "| a | ok | 10.00 MiB (10485760) | measured | 0.3000 | planner.schedule=a |" in text
+    assert "| e | predicted_fit | 11.00 MiB (11534336) | predicted | - | planner.schedule=e |" in text
     for name in ("memory_timeline.png", "devices.png", "candidates.png"):
         assert f"]({name})" in text
         assert_picture(tmp_path / name)
