@@ -22,8 +22,12 @@ from mpplan.passes.liveness import Liveness, live_ranges
 from mpplan.passes.remat import RematResult, apply_recompute, remat
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan
+from mpplan.progress import progress
 
 _SHARED_OBJECTS = {"shared_greedy": "greedy", "shared_dp": "dp"}
+
+#: Graphs of at least this many ops get a planning progress bar (on a terminal).
+PROGRESS_MIN_OPS = 20_000
 
 
 @dataclass(frozen=True)
@@ -91,53 +95,45 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
     if not devices:
         raise ValueError("plan needs at least one device")
     seconds: dict[str, float] = {}
-    clock = time.perf_counter()
-    rematted = None
     original = graph
-    if settings.remat != "none":
-        rematted = remat(
-            graph,
-            settings.remat,
-            threshold=settings.remat_threshold,
-            budget=settings.remat_budget,
-            solver=settings.remat_solver,
-            time_limit_s=settings.remat_time_limit_s,
-        )
-        graph = rematted.graph
-        seconds["remat"] = _lap(clock)
+    rematted = None
+    stages = 3 + len(devices) + (settings.remat != "none")
+    with progress(f"planning {graph.name}", stages, unit="stage", enabled=len(graph.ops) >= PROGRESS_MIN_OPS) as bar:
         clock = time.perf_counter()
-    order = schedule_ops(graph, settings.schedule)
-    seconds["schedule"] = _lap(clock)
-    clock = time.perf_counter()
-    op_device, chosen = choose_placement(graph, order, devices, settings)
-    op_device = legalize(graph, order, op_device)
-    seconds["place"] = _lap(clock)
-    clock = time.perf_counter()
-    placed = inject_copies(graph, order, op_device)
-    seconds["copies"] = _lap(clock)
-    device_plans, buffers = [], {}
-    liveness_s = assign_s = 0.0
-    for device in devices:
+        if settings.remat != "none":
+            bar.update(0, note="remat")
+            rematted = _remat(graph, settings)
+            graph = rematted.graph
+            seconds["remat"] = _lap(clock)
+            bar.update()
+            clock = time.perf_counter()
+        bar.update(0, note="schedule")
+        order = schedule_ops(graph, settings.schedule)
+        seconds["schedule"] = _lap(clock)
+        bar.update(note="place")
         clock = time.perf_counter()
-        storages = frozenset(s for s, d in enumerate(placed.storage_device) if d == device.name)
-        liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
-        liveness_s += _lap(clock)
+        op_device, chosen = choose_placement(graph, order, devices, settings)
+        op_device = legalize(graph, order, op_device)
+        seconds["place"] = _lap(clock)
+        bar.update(note="copies")
         clock = time.perf_counter()
-        arena = assign_arena(placed.graph, liveness, settings)
-        assign_s += _lap(clock)
-        load = sim.load(liveness.ranges, liveness.num_steps)
-        device_plans.append(
-            DevicePlan(
-                name=device.name,
-                capacity_bytes=device.usable,
-                static_bytes=liveness.static_bytes,
-                arena_bytes=arena.arena,
-                peak_bytes=liveness.static_bytes + arena.arena,
-                lower_bound_bytes=liveness.static_bytes + load,
-            )
-        )
-        for s, offset in sorted(arena.offsets.items()):
-            buffers[placed.graph.tensors[s].name] = Buffer(device.name, offset, arena.sizes[s])
+        placed = inject_copies(graph, order, op_device)
+        seconds["copies"] = _lap(clock)
+        device_plans, buffers = [], {}
+        liveness_s = assign_s = 0.0
+        for device in devices:
+            bar.update(note=f"assign {device.name}")
+            clock = time.perf_counter()
+            storages = frozenset(s for s, d in enumerate(placed.storage_device) if d == device.name)
+            liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
+            liveness_s += _lap(clock)
+            clock = time.perf_counter()
+            arena = assign_arena(placed.graph, liveness, settings)
+            assign_s += _lap(clock)
+            device_plans.append(_device_plan(device, liveness, arena.arena))
+            for s, offset in sorted(arena.offsets.items()):
+                buffers[placed.graph.tensors[s].name] = Buffer(device.name, offset, arena.sizes[s])
+        bar.update()
     seconds["liveness"] = round(liveness_s, 6)
     seconds["assign"] = round(assign_s, 6)
     seconds["total"] = round(sum(seconds.values()), 6)
@@ -156,6 +152,29 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         module_devices=module_devices(placed),
         remat=rematted.plan_records() if rematted else (),
         compute_overhead=rematted.compute_overhead if rematted else 0.0,
+    )
+
+
+def _remat(graph: Graph, settings: PlannerSettings) -> RematResult:
+    return remat(
+        graph,
+        settings.remat,
+        threshold=settings.remat_threshold,
+        budget=settings.remat_budget,
+        solver=settings.remat_solver,
+        time_limit_s=settings.remat_time_limit_s,
+    )
+
+
+def _device_plan(device: Device, liveness: Liveness, arena_bytes: int) -> DevicePlan:
+    """A device's numbers: its arena over the static bytes, and the lower bound static + LOAD."""
+    return DevicePlan(
+        name=device.name,
+        capacity_bytes=device.usable,
+        static_bytes=liveness.static_bytes,
+        arena_bytes=arena_bytes,
+        peak_bytes=liveness.static_bytes + arena_bytes,
+        lower_bound_bytes=liveness.static_bytes + sim.load(liveness.ranges, liveness.num_steps),
     )
 
 

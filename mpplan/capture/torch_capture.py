@@ -86,6 +86,7 @@ from torch.utils.flop_counter import flop_registry
 
 from mpplan.errors import CaptureError, GraphError
 from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.progress import progress
 
 __all__ = [
     "CapturedProgram",
@@ -462,7 +463,11 @@ def _trace(
             stack.enter_context(_quiet_fake_tensor_log())
             stack.enter_context(fx_traceback.preserve_node_meta())
             stack.enter_context(_training_flags(module, train))
-            stack.enter_context(_module_annotations(module))
+            bar = stack.enter_context(
+                progress(f"capturing {type(module).__name__} (forward)", _count_submodules(module), unit="module",
+                         enabled=_count_submodules(module) >= PROGRESS_MIN_MODULES)
+            )
+            stack.enter_context(_module_annotations(module, on_leave=bar.update))
             gm = make_fx(step, _ANNOTATED_DECOMPOSITIONS, tracing_mode="fake", **_MAKE_FX_OPTIONS)(*flat)
     except CaptureError:
         raise
@@ -506,6 +511,9 @@ def _annotated_batch_norm(
 
 #: Decompositions applied while tracing: legacy ops whose schemas hide a mutation.
 _ANNOTATED_DECOMPOSITIONS = MappingProxyType({torch.ops.aten.native_batch_norm.default: _annotated_batch_norm})
+
+#: Models with at least this many submodules get a capture progress bar (on a terminal).
+PROGRESS_MIN_MODULES = 200
 
 _DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode)
 
@@ -677,9 +685,16 @@ def _training_flags(module: torch.nn.Module, training: bool) -> Iterator[None]:
             m.training = flag
 
 
+def _count_submodules(module: torch.nn.Module) -> int:
+    return sum(1 for _ in module.modules()) - 1
+
+
 @contextmanager
-def _module_annotations(module: torch.nn.Module) -> Iterator[None]:
-    """Annotate every node traced inside a submodule's forward with the submodule's path."""
+def _module_annotations(module: torch.nn.Module, on_leave: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Annotate every node traced inside a submodule's forward with the submodule's path.
+
+    ``on_leave`` is called as each submodule's forward returns (a progress bar's tick).
+    """
     open_scopes: list[Any] = []
     handles = []
 
@@ -694,6 +709,7 @@ def _module_annotations(module: torch.nn.Module) -> Iterator[None]:
     def leave(_module: torch.nn.Module, _args: Any, _output: Any) -> None:
         if open_scopes:
             open_scopes.pop().__exit__(None, None, None)
+        on_leave()
 
     try:
         for path, sub in module.named_modules():
