@@ -152,13 +152,16 @@ class SearchSection:
     """``mpplan search``: a grid of config overrides, planned on the driver, the best measured on Ray actors."""
 
     space: dict[str, Any] = _doc(
-        "dotted config key -> a list of values, or a range {min, max, step} / {min, max, factor}; "
-        "every combination is one candidate (e.g. planner.schedule, devices.0.count, workload.batch)",
+        "dotted config key -> a list of values, a range {min, max, step} / {min, max, factor}, or "
+        "{generate: mxnet, ntrial: 6} for planner.remat.threshold (MXNet's threshold search, from the "
+        "base config's graph); every combination is one candidate (e.g. planner.schedule, devices.0.count, "
+        "workload.batch)",
         default_factory=dict,
     )
     objective: Literal["min_peak", "min_time_that_fits", "max_batch"] = _doc(
         "min_peak: lowest measured peak; min_time_that_fits: fastest step that fits; "
-        "max_batch: largest batch that fits, bisected on measured fit",
+        "max_batch: largest value of batch_key that fits, bisected on measured fit (a batch size, or "
+        "planner.remat.budget: the least recompute that fits)",
         default="min_peak",
     )
     batch_key: str = _doc(
@@ -300,6 +303,31 @@ def schema_fields(cls: type) -> list[tuple[str, str, str, str]]:
 MAX_AXIS_VALUES = 10_000
 MAX_GRID = 100_000
 
+#: Generated ``search.space`` axes: ``{generate: NAME}`` -> the one key it generates values for.
+GENERATORS = {"mxnet": "planner.remat.threshold"}
+
+
+def axis_generator(spec: Any) -> str | None:
+    """The generator a ``search.space`` axis names (``{generate: mxnet}``), or None for listed values."""
+    return spec.get("generate") if isinstance(spec, dict) and "generate" in spec else None
+
+
+def _check_generated_axis(key: str, spec: dict, base: dict[str, Any], source: str, where: str) -> int:
+    """Validate a generated axis; return the most values it can make."""
+    name = spec["generate"]
+    if GENERATORS.get(name) != key:
+        known = ", ".join(f"{g} (for {k})" for g, k in GENERATORS.items())
+        raise ConfigError(f"{source}: {where}.generate: unknown generator {name!r} for {key}; known: {known}")
+    if set(spec) - {"generate", "ntrial"}:
+        raise ConfigError(f"{source}: {where}: a generated axis takes generate and ntrial; got {sorted(spec)}")
+    ntrial = spec.get("ntrial", 6)
+    if isinstance(ntrial, bool) or not isinstance(ntrial, int) or ntrial < 1:
+        raise ConfigError(f"{source}: {where}.ntrial: expected a positive integer, got {ntrial!r}")
+    policy = ((base.get("planner") or {}).get("remat") or {}).get("policy", "none")
+    if policy != "mirror":
+        raise ConfigError(f"{source}: {where}: thresholds steer planner.remat.policy mirror; set it (it is {policy!r})")
+    return 3 + ntrial
+
 
 def axis_values(spec: Any, source: str = "<config>", where: str = "search.space") -> tuple[Any, ...]:
     """The values of one ``search.space`` axis: a non-empty list, or an arithmetic or geometric range.
@@ -392,6 +420,9 @@ def _check_search(search: SearchSection, raw: dict[str, Any], source: str) -> No
         where = f"search.space.{key}"
         if not key or key.split(".")[0] == "search" or "=" in key:
             raise ConfigError(f"{source}: {where}: expected a dotted config key outside search, got {key!r}")
+        if axis_generator(spec) is not None:
+            grid *= _check_generated_axis(key, spec, base, source, where)
+            continue
         values = axis_values(spec, source, where)
         grid *= len(values)
         for value in values:
@@ -409,9 +440,14 @@ def _check_search(search: SearchSection, raw: dict[str, Any], source: str) -> No
                 f"{source}: search.space: objective max_batch bisects {key} (search.batch_key); "
                 f"give it an axis such as {key}: {{min: 1, max: 256, factor: 2}}"
             )
-        bad = [v for v in axis_values(search.space[key], source) if isinstance(v, bool) or not isinstance(v, int)]
+        if axis_generator(search.space[key]) is not None:
+            raise ConfigError(f"{source}: search.space.{key}: max_batch bisects listed values, not a generated axis")
+        number = int if key.startswith("workload.") else (int, float)  # a budget fraction may be bisected too
+        values = axis_values(search.space[key], source)
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, number)]
         if bad:
-            raise ConfigError(f"{source}: search.space.{key}: max_batch needs integer batch sizes, got {bad[0]!r}")
+            what = "integer batch sizes" if number is int else "numbers"
+            raise ConfigError(f"{source}: search.space.{key}: max_batch needs {what}, got {bad[0]!r}")
 
 
 # --- internals ---------------------------------------------------------------------------------

@@ -28,8 +28,10 @@ from mpplan.capture import graph_from_config
 from mpplan.cluster import DeviceOutOfMemory, Result, Status, run_search
 from mpplan.cluster.records import Candidate
 from mpplan.cluster.space import base_raw, candidate_config
-from mpplan.config import load_config, parse_config, resolve_devices
+from mpplan.config import Device, load_config, parse_config, resolve_devices
+from mpplan.errors import InfeasibleError
 from mpplan.planner import PlannerSettings, plan
+from mpplan.verify import verify
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -338,3 +340,60 @@ def test_the_readme_main_job_searches_the_quickstart(tmp_path, capsys):
     peaks = [max(d["measured_peak_bytes"] for d in r["measurement"]["devices"]) for r in measured]
     assert min(peaks) == best.max_peak_bytes
     verify(graph_from_config(config), best)
+
+
+REMAT_MODEL = {"synthetic": {"kind": "transformer", "layers": 4, "train": True, "batch": 8, "seq": 64, "hidden": 32,
+                             "heads": 2, "vocab": 64}}
+
+
+def test_mxnet_threshold_search_measures_the_generated_thresholds(tmp_path):
+    """MXNet's guesses and grid become candidates; the measured best is the least peak among them."""
+    raw = {
+        "model": REMAT_MODEL,
+        "devices": [{"name": "cuda:0", "capacity": "1GiB"}],
+        "planner": {"remat": {"policy": "mirror"}},
+        "search": {"space": {"planner.remat.threshold": {"generate": "mxnet", "ntrial": 4}}, "top_k": 3, "actors": 1},
+    }
+    cfg = parse_config(raw, str(tmp_path / "search.yaml"))
+    summary = run_search(cfg, out=tmp_path / "out", progress=False, evaluate_candidate=FakeEvaluator(str(tmp_path / "l")))
+    results = lines(tmp_path / "out" / "results.jsonl")
+    from mpplan.passes.remat import mirror_thresholds
+
+    thresholds = mirror_thresholds(graph_from_config(cfg), ntrial=4)
+    assert sorted(r["overrides"]["planner.remat.threshold"] for r in results) == sorted(thresholds)
+    measured = [r for r in results if r["status"] == "ok"]
+    assert len(measured) == 3
+    assert summary.best.measured_peak_bytes == min(r["predicted"]["max_peak_bytes"] for r in results)
+
+
+def test_budget_bisection_finds_the_least_recompute_that_fits(tmp_path):
+    """max_batch over the remat budget: the largest budget (least recompute) whose plan fits the device,
+    the same as a linear scan, in about log2 as many measurements."""
+    key = "planner.remat.budget"
+    values = [round(0.5 + 0.025 * i, 12) for i in range(21)]
+    base = {"model": REMAT_MODEL, "planner": {"remat": {"policy": "budget", "budget": 1.0, "solver": "heuristic"}}}
+    no_remat = plan(graph_from_config(parse_config(base, "b.yaml")), [Device("cuda:0", 1 << 40)])
+    capacity = int(no_remat.max_peak_bytes * 0.85)
+    raw = {
+        **base,
+        "devices": [{"name": "cuda:0", "capacity": capacity}],
+        "search": {"space": {key: {"min": 0.5, "max": 1.0, "step": 0.025}}, "objective": "max_batch",
+                   "batch_key": key, "top_k": 1, "actors": 1},
+    }
+    cfg = parse_config(raw, str(tmp_path / "search.yaml"))
+    log = tmp_path / "evals.log"
+    summary = run_search(cfg, out=tmp_path / "out", progress=False, evaluate_candidate=FakeEvaluator(str(log)))
+    fits = []
+    for budget in values:
+        point = candidate_config(base_raw(cfg), ((key, budget),), cfg.source)
+        try:
+            made = plan(graph_from_config(point), resolve_devices(point), PlannerSettings.from_config(point.planner))
+        except InfeasibleError:
+            fits.append(False)
+            continue
+        verify(graph_from_config(point), made, check_capacity=False)
+        fits.append(not made.misfits)
+    assert any(fits) and not all(fits)
+    expected = max(b for b, f in zip(values, fits) if f)
+    assert summary.best.overrides[key] == expected
+    assert len(evaluated(log)) <= math.ceil(math.log2(sum(fits) + 1))

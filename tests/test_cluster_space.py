@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import math
 import operator
+import re
 import textwrap
 
 import pytest
@@ -245,3 +246,39 @@ def test_objectives_rank_and_choose():
     assert Objective("min_peak").best(fit, measured=True) is None
     slow = _result("s", Status.PREDICTED_FIT, overhead=0.5)
     assert Objective("min_time_that_fits").predicted_rank(a) < Objective("min_time_that_fits").predicted_rank(slow)
+
+
+# --- generated axes: MXNet's threshold search ------------------------------------------------
+
+MIRROR_MODEL = {"synthetic": {"kind": "transformer", "layers": 3, "train": True, "batch": 4, "seq": 32, "hidden": 16,
+                              "heads": 2, "vocab": 32}}
+
+
+def test_mxnet_generator_makes_mxnets_thresholds_from_the_base_graph():
+    from mpplan.capture import graph_from_config
+    from mpplan.passes.remat import mirror_search, mirror_thresholds
+
+    raw = {"model": MIRROR_MODEL, "planner": {"remat": {"policy": "mirror"}},
+           "search": {"space": {"planner.remat.threshold": {"generate": "mxnet", "ntrial": 4}}, "top_k": 0}}
+    cfg = parse_config(raw, "s.yaml")
+    (axis,) = axes(cfg.search, cfg.source, base=cfg)
+    graph = graph_from_config(cfg)
+    assert axis.key == "planner.remat.threshold" and axis.values == mirror_thresholds(graph, ntrial=4)
+    assert len(axis.values) >= 4 and axis.values[0] == 0
+    assert mirror_search(graph, ntrial=4)[0] in axis.values
+
+
+@pytest.mark.parametrize(
+    ("space", "remat", "message"),
+    [
+        ({"planner.remat.budget": {"generate": "mxnet"}}, "mirror", "unknown generator 'mxnet' for planner.remat.budget"),
+        ({"planner.remat.threshold": {"generate": "chen"}}, "mirror", "unknown generator 'chen'"),
+        ({"planner.remat.threshold": {"generate": "mxnet", "ntrial": 0}}, "mirror", "ntrial: expected a positive"),
+        ({"planner.remat.threshold": {"generate": "mxnet", "steps": 3}}, "mirror", "takes generate and ntrial"),
+        ({"planner.remat.threshold": {"generate": "mxnet"}}, "none", "set it (it is 'none')"),
+    ],
+)
+def test_bad_generated_axes_are_one_line_errors(space, remat, message):
+    raw = {"model": MIRROR_MODEL, "planner": {"remat": {"policy": remat}}, "search": {"space": space}}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(raw, "s.yaml")

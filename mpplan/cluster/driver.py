@@ -141,7 +141,7 @@ def run_search(
         config = load_config(config)
     search = config.search
     objective = Objective(search.objective, batch_axis_key(search))
-    space_axes = axes(search, config.source)
+    space_axes = axes(search, config.source, base=config)
     if search.top_k > 0 and evaluate_candidate is None:
         if config.model.torch is None:
             raise ConfigError(

@@ -51,11 +51,11 @@ class Objective:
             return (-self.batch(result), peak_key, time_key, result.key)
         return (peak_key, time_key, result.key)
 
-    def batch(self, result: Result) -> int:
-        """The batch a result ran with: its override, else its workload entry."""
+    def batch(self, result: Result) -> float:
+        """The value of the bisected key a result ran with: its override, else its workload entry."""
         if self.batch_key in result.overrides:
-            return int(result.overrides[self.batch_key])
-        return int(result.workload.get(self.batch_key.removeprefix("workload."), 0))
+            return float(result.overrides[self.batch_key])
+        return float(result.workload.get(self.batch_key.removeprefix("workload."), 0))
 
     def best(self, results: Iterable[Result], *, measured: bool) -> Result | None:
         """The best result: among ``ok`` ones by measurement, or among ``predicted_fit`` ones by prediction."""
@@ -72,7 +72,7 @@ class Objective:
         peak = result.measured_peak_bytes if result.status is Status.OK else result.predicted_peak_bytes
         text = "?" if peak is None else format_size(peak)
         if self.name == "max_batch":
-            return f"batch {self.batch(result)} ({text})"
+            return f"{self.batch_key.removeprefix('workload.')} {self.batch(result):g} ({text})"
         if self.name == "min_time_that_fits" and result.step_time_s is not None:
             return f"{result.step_time_s * 1e3:.1f} ms ({text})"
         return text

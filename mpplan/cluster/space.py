@@ -23,6 +23,7 @@ from mpplan.config import (
     Device,
     SearchSection,
     apply_override,
+    axis_generator,
     axis_values,
     batch_axis_key,
     format_override,
@@ -40,9 +41,28 @@ class Axis:
     values: tuple[Any, ...]
 
 
-def axes(search: SearchSection, source: str = "<config>") -> tuple[Axis, ...]:
-    """The axes of ``search.space`` (already validated by ``parse_config``), in config order."""
-    return tuple(Axis(key, axis_values(spec, source, f"search.space.{key}")) for key, spec in search.space.items())
+def axes(search: SearchSection, source: str = "<config>", base: Config | None = None) -> tuple[Axis, ...]:
+    """The axes of ``search.space`` (already validated by ``parse_config``), in config order.
+
+    Generated axes (``{generate: mxnet}``) take their values from ``base``'s graph.
+    """
+    found = []
+    for key, spec in search.space.items():
+        if axis_generator(spec) is not None:
+            if base is None:
+                raise ValueError(f"search.space.{key}: a generated axis needs the base config")
+            found.append(Axis(key, generated_values(base, spec)))
+        else:
+            found.append(Axis(key, axis_values(spec, source, f"search.space.{key}")))
+    return tuple(found)
+
+
+def generated_values(base: Config, spec: dict[str, Any]) -> tuple[Any, ...]:
+    """The values a generator makes from ``base``'s graph: MXNet's mirror thresholds."""
+    from mpplan.capture import graph_from_config
+    from mpplan.passes.remat import mirror_thresholds
+
+    return mirror_thresholds(graph_from_config(base), ntrial=spec.get("ntrial", 6))
 
 
 def split_batch_axis(search: SearchSection, all_axes: Sequence[Axis]) -> tuple[Axis, tuple[Axis, ...]]:

@@ -870,37 +870,41 @@ def mirror_plan(graph: Graph, threshold: int, *, model: RematModel | None = None
     return MirrorPlan(threshold, tuple(recompute), max_size, save)
 
 
-def mirror_search(graph: Graph, *, ntrial: int = 6, model: RematModel | None = None) -> tuple[int, int]:
-    """MXNet's ``search_plan``: the threshold (bytes) whose mirror plan has the least peak.
+def mirror_thresholds(graph: Graph, *, ntrial: int = 6, model: RematModel | None = None) -> tuple[int, ...]:
+    """The thresholds (bytes) MXNet's ``search_plan`` tries, in its order, without repeats.
 
-    Three rounds from threshold 0, each guessing ``sqrt(save_size * max_size / 2)``;
-    then ``ntrial`` evenly spaced thresholds between the smallest ``max_size`` seen
-    and ``sqrt(2)`` times the last guess.  Peaks are ``static + LOAD`` of each
-    rewritten graph's as-given order; ties go to the least recompute cost, then the
-    smaller threshold.  Returns ``(threshold, peak)``.
+    Three rounds from threshold 0, each guessing ``sqrt(save_size * max_size / 2)``
+    from the last mirror plan; then ``ntrial`` evenly spaced thresholds between the
+    smallest ``max_size`` seen and ``sqrt(2)`` times the last guess.  ``mpplan
+    search`` measures them (``{generate: mxnet}`` on ``planner.remat.threshold``).
     """
     model = build_model(graph) if model is None else model
-    history: list[tuple[int, float, int]] = []
-
-    def score(threshold: int) -> MirrorPlan:
-        plan = mirror_plan(graph, threshold, model=model)
-        ev = evaluate(model, _indices(model, plan.recompute))
-        history.append((ev.peak, ev.cost, threshold))
-        return plan
-
+    tried = []
     threshold, min_threshold = 0, None
     for _ in range(3):
-        plan = score(threshold)
+        tried.append(threshold)
+        plan = mirror_plan(graph, threshold, model=model)
         if min_threshold is None or plan.max_size < min_threshold:
             min_threshold = plan.max_size
         threshold = int(math.sqrt(plan.save_size * plan.max_size / 2))
     assert min_threshold is not None
     step = int((threshold * math.sqrt(2) - min_threshold) / ntrial)
     if step > 0:
-        threshold = min_threshold + step
-        for _ in range(ntrial):
-            score(threshold)
-            threshold += step
+        tried += [min_threshold + step * (i + 1) for i in range(ntrial)]
+    return tuple(dict.fromkeys(tried))
+
+
+def mirror_search(graph: Graph, *, ntrial: int = 6, model: RematModel | None = None) -> tuple[int, int]:
+    """MXNet's ``search_plan``: of the ``mirror_thresholds``, the one whose mirror plan has the least peak.
+
+    Peaks are ``static + LOAD`` of each rewritten graph's as-given order; ties go to
+    the least recompute cost, then the smaller threshold.  Returns ``(threshold, peak)``.
+    """
+    model = build_model(graph) if model is None else model
+    history = []
+    for threshold in mirror_thresholds(graph, ntrial=ntrial, model=model):
+        ev = evaluate(model, _indices(model, mirror_plan(graph, threshold, model=model).recompute))
+        history.append((ev.peak, ev.cost, threshold))
     peak, _, best = min(history)
     return best, peak
 
