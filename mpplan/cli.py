@@ -157,6 +157,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if misfits:
         name, missing = max(misfits, key=lambda m: m[1])
         print(f"mpplan: error: device {name} needs {missing} bytes more than its capacity", file=sys.stderr)
+        op, touched = sim.largest_op(graph)
+        if touched > max(d.capacity_bytes for d in result.devices):
+            print(
+                f"mpplan: op {op!r} alone touches {touched} bytes of activations, more than any device holds: "
+                "no placement or recomputation fits it; give the devices more memory or a smaller batch",
+                file=sys.stderr,
+            )
         return 3
     return 0
 

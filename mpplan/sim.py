@@ -52,8 +52,15 @@ def no_sharing_bytes(graph: Graph) -> int:
 
 def max_op_working_set(graph: Graph) -> int:
     """The most dynamic bytes a single op touches: LOAD of any order is at least this."""
+    return largest_op(graph)[1]
+
+
+def largest_op(graph: Graph) -> tuple[str | None, int]:
+    """The op touching the most dynamic bytes, and those bytes: what no placement can split."""
     topo = graph.topology
-    return max(
-        (sum(topo.nbytes[s] for s in storages if not topo.is_static[s]) for storages in topo.op_storages),
-        default=0,
-    )
+    best: tuple[str | None, int] = (None, 0)
+    for k, storages in enumerate(topo.op_storages):
+        touched = sum(topo.nbytes[s] for s in storages if not topo.is_static[s])
+        if touched > best[1]:
+            best = (graph.ops[k].name, touched)
+    return best

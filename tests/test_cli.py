@@ -81,6 +81,20 @@ def test_plan_that_does_not_fit_exits_3(capsys, tmp_path, tiny_file):
     assert code == 3
     assert "device gpu0 needs" in err and "bytes more than its capacity" in err
     assert (tmp_path / "o" / "plan.json").is_file(), "the best infeasible plan is still written"
+    assert "alone touches" not in err  # 100 bytes hold any one op of tiny: the placement is what misses
+
+
+def test_an_op_larger_than_every_device_is_named(capsys, tmp_path, tiny_file):
+    config = write_config(
+        tmp_path,
+        f"""
+        model: {{graph: {{path: {tiny_file.name}}}}}
+        devices: [{{name: gpu0, capacity: 40}}, {{name: gpu1, capacity: 40}}]
+        """,
+    )
+    code, _, err = run(capsys, "plan", str(config), "--out", str(tmp_path / "o"))
+    assert code == 3
+    assert "op 'fc' alone touches 64 bytes of activations, more than any device holds" in err
 
 
 def test_verify_rejects_corrupt_plan(capsys, tmp_path, tiny_file):
