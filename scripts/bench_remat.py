@@ -1,8 +1,9 @@
-"""Remat benchmark: budgets on the Checkmate graphs, the rules (mirror, sqrt), and sqrt(n) on chains.
+"""Remat benchmark: budgets on the Checkmate graphs, the rules (mirror, sqrt), sqrt(n) on chains,
+and remat plans of captured models executed for measured memory and step time.
 
 Rerun: ``python scripts/bench_remat.py`` (``--time-limit S`` caps each exact solve,
-default 60 s; ``--quick`` skips the 500- and 1000-op random graphs).  Writes the
-``remat`` section of docs/benchmarks.md.
+default 60 s; ``--quick`` skips the 500- and 1000-op random graphs and GPT-2 small).
+Writes the ``remat`` section of docs/benchmarks.md.
 
 Budgets are fractions of the no-remat peak (``static + LOAD`` of the graph's
 node-id order); every peak is that of the rewritten graph's own as-given order
@@ -14,8 +15,9 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from dataclasses import dataclass
 
-from benchlib import SHARED_DATA, log, machine, table, write_section
+from benchlib import SHARED_DATA, TorchCase, human, log, rerun, stamp, table, torch_case, torch_threads, write_section
 
 from mpplan import sim
 from mpplan.capture.graph_file import load_graph
@@ -24,9 +26,15 @@ from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes import remat_ilp
 from mpplan.passes.remat import RematResult, build_model, remat
+from mpplan.plan import Plan
+from mpplan.planner import PlannerSettings, plan
+from mpplan.runtime import Measurement, evaluate_program
 
 BUDGETS = (0.9, 0.8)
 GRAPH_SECONDS = 180.0
+EXECUTOR_STEPS = 3
+ACTIVATION_TARGET = 2.0  # activation memory at least this many times lower than without remat ...
+TIME_TARGET = 1.25  # ... for at most this step time relative to it
 
 
 def graphs(quick: bool) -> list[tuple[str, Graph]]:
@@ -101,20 +109,125 @@ def sqrt_fit() -> tuple[list[list[object]], float, str]:
     return rows, exponent, note
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    args = parser.parse_args()
+def executor_cases(quick: bool) -> list[tuple[str, tuple[str, ...]]]:
+    """(config, overrides) of the models executed with remat: the zoo GPT, and GPT-2 small in a full run."""
+    cases: list[tuple[str, tuple[str, ...]]] = [("zoo_gpt", ("workload.batch=32",))]
+    if not quick:
+        cases.append(("gpt2_small", ("workload.batch=1", "workload.seq=256")))
+    return cases
+
+
+@dataclass(frozen=True)
+class RematRun:
+    """One remat policy planned for one device and executed in arena mode on a virtual device."""
+
+    label: str
+    plan: Plan
+    measurement: Measurement
+
+    @property
+    def peak(self) -> int:
+        return self.measurement.devices[0].measured_peak_bytes
+
+    @property
+    def activation(self) -> int:
+        """Measured dynamic memory: the peak less the static bytes (params, grads, optimizer state, inputs)."""
+        return self.peak - self.measurement.devices[0].static_bytes
+
+    @property
+    def step_s(self) -> float:
+        """The fastest timed step: the least disturbed by whatever else the machine runs."""
+        return min(self.measurement.step_times_s)
+
+
+def halved_budget(base: Plan) -> int:
+    """The per-device budget that halves the dynamic part of ``base``'s peak."""
+    device = base.devices[0]
+    return device.static_bytes + (device.peak_bytes - device.static_bytes) // 2
+
+
+def budget_plan(case: TorchCase, budget: int) -> tuple[str, Plan]:
+    """(label, plan) for a ``budget`` of bytes, or for the smallest feasible budget when it is infeasible."""
+    try:
+        planned = plan(case.program.graph, [case.device], PlannerSettings(remat="budget", remat_budget=budget))
+        return f"budget {human(budget)} (half the activation memory)", planned
+    except InfeasibleError as exc:
+        smallest = budget + exc.missing_bytes
+        log(f"  budget {human(budget)} infeasible: {exc}")
+        planned = plan(case.program.graph, [case.device], PlannerSettings(remat="budget", remat_budget=smallest))
+        return f"budget {human(smallest)} (half, {human(budget)}, is infeasible: the smallest found)", planned
+
+
+def run_policies(case: TorchCase) -> list[RematRun]:
+    """No remat, sqrt(n) and the halving budget, each planned then executed."""
+    graph, devices = case.program.graph, [case.device]
+    none = plan(graph, devices, PlannerSettings())
+    sqrt = plan(graph, devices, PlannerSettings(remat="sqrt"))
+    plans = [("none", none), ("sqrt", sqrt), budget_plan(case, halved_budget(none))]
+    runs = []
+    for label, planned in plans:
+        measurement = evaluate_program(
+            case.program, planned, case.model, case.inputs, steps=EXECUTOR_STEPS, warmup=1, devices="virtual",
+            eager=False,
+        )
+        log(f"  {label}: measured {human(measurement.devices[0].measured_peak_bytes)}, steps {measurement.step_times_s}")
+        runs.append(RematRun(label, planned, measurement))
+    return runs
+
+
+def executor_rows(case: TorchCase) -> list[list[object]]:
+    runs = run_policies(case)
+    base = runs[0]
+    rows = []
+    for run in runs:
+        device = run.measurement.devices[0]
+        lower = base.activation / run.activation if run.activation else float("inf")
+        slower = run.step_s / base.step_s
+        met = "-" if run is base else ("yes" if lower >= ACTIVATION_TARGET and slower <= TIME_TARGET else "**no**")
+        rows.append([
+            case.label, run.label, human(device.predicted_peak_bytes), human(run.peak), human(device.static_bytes),
+            human(run.activation), "-" if run is base else f"{lower:.2f}x lower", f"{run.step_s:.3f}",
+            "-" if run is base else f"{100 * (slower - 1):+.0f}%", f"{100 * run.plan.compute_overhead:.1f}%", met,
+        ])
+    return rows
+
+
+def executor_tables(quick: bool) -> list[str]:
+    rows = []
+    with torch_threads(1):
+        for config, overrides in executor_cases(quick):
+            rows += executor_rows(torch_case(config, overrides))
+    return [
+        "### Executed: activation memory against step time (one device, arena mode, virtual devices)",
+        (
+            "Each training step (Adam) is captured, planned with remat none, sqrt(n) and a budget that halves "
+            "the no-remat plan's dynamic memory, then executed op by op by `mpplan.runtime.evaluate_program` "
+            "in arena mode on a virtual device (CPU memory, every storage accounted): the measured peak is "
+            "exact there.  Activation = measured peak - static (params, grads, Adam state, inputs).  Step time: "
+            f"the fastest of {EXECUTOR_STEPS} timed steps after one warm-up, one torch thread (on a CPU, "
+            "so recomputation costs what it would on a GPU only roughly).  Compute overhead: the planner's predicted added op "
+            f"cost.  Target: activation memory >= {ACTIVATION_TARGET:g}x lower with <= "
+            f"{100 * (TIME_TARGET - 1):.0f}% more step time."
+        ),
+        table(
+            ["model", "policy", "planned peak", "measured peak", "static", "activation", "vs none",
+             "step s", "vs none", "compute overhead", "target met"],
+            rows,
+        ),
+    ]
+
+
+def checkmate_tables(quick: bool, time_limit: float) -> list[str]:
+    """The budget, rule and chain tables (the planner's remat pass alone, by the simulator)."""
     backend = remat_ilp.available_backend() or "none (exact = heuristic)"
     budget_rows, rule_rows, slowest = [], [], 0.0
-    for name, graph in graphs(args.quick):
+    for name, graph in graphs(quick):
         model = build_model(graph)
-        log(f"{name}: {len(graph.ops)} ops, {model.num_candidates} recomputable")
+        log(f"remat: {name}: {len(graph.ops)} ops, {model.num_candidates} recomputable")
         graph_seconds = 0.0
         for fraction in BUDGETS:
-            heuristic, s1 = budget_cell(graph, fraction, "heuristic", args.time_limit)
-            exact, s2 = budget_cell(graph, fraction, "exact", args.time_limit)
+            heuristic, s1 = budget_cell(graph, fraction, "heuristic", time_limit)
+            exact, s2 = budget_cell(graph, fraction, "exact", time_limit)
             graph_seconds += s1 + s2
             budget_rows.append([name, len(graph.ops), model.num_candidates, fraction, *heuristic, *exact])
             log(f"  {fraction}: heuristic {heuristic}, exact {exact}")
@@ -123,36 +236,47 @@ def main() -> None:
         slowest = max(slowest, graph_seconds)
         assert graph_seconds < GRAPH_SECONDS, f"{name} took {graph_seconds:.0f}s"
     chain_rows, exponent, note = sqrt_fit()
-    body = "\n\n".join(
-        [
-            "## Remat: recomputation under a memory budget",
-            f"Machine: {machine()}. MILP backend: {backend}. Rerun: `python scripts/bench_remat.py`.",
-            "### Budgets (fraction of the no-remat peak of the node-id order)",
-            (
-                "Peak / baseline of the rewritten graph's as-given order (fits: <= the budget), compute "
-                "overhead (added op cost / total op cost), seconds; for the exact solver (MILP, "
-                f"{args.time_limit:.0f}s limit, warm-started by the heuristic) also the optimality gap.  "
-                "Training graphs recompute forward activations for the backward pass; the random layered "
-                "graphs have no backward, so a tensor is recomputed for the uses after its longest idle gap.  "
-                "`infeasible: min = x` is the smallest feasible budget (proved by the MILP), "
-                "`min <= x` the smallest found."
-            ),
-            table(
-                ["graph", "ops", "recomputable", "budget",
-                 "heuristic peak", "overhead", "s", "exact peak", "overhead", "s", "gap"],
-                budget_rows,
-            ),
-            f"Slowest graph (all four runs): {slowest:.0f}s.",
-            "### Rules on the training graphs: mirror (MXNet's threshold search) and sqrt(n) checkpoints",
-            table(["graph", "mirror peak", "overhead", "threshold", "s", "sqrt peak", "overhead", "s"], rule_rows),
-            "### sqrt(n) on training chains (`synthetic.chain(n, train=True, batch=256, width=4)`)",
-            "LOAD in activations (one layer's output), without and with sqrt checkpoints.",
-            table(["layers n", "no remat", "sqrt", "2 sqrt(n) - 1", "overhead"], chain_rows),
-            f"{note}; LOAD grows as n^{exponent:.2f} (least squares over n = 16..400).",
-        ]
+    return [
+        f"### Budgets on the Checkmate graphs (fraction of the no-remat peak of the node-id order); MILP backend: {backend}",
+        (
+            "Peak / baseline of the rewritten graph's as-given order (fits: <= the budget), compute "
+            "overhead (added op cost / total op cost), seconds; for the exact solver (MILP, "
+            f"{time_limit:.0f}s limit, warm-started by the heuristic) also the optimality gap.  "
+            "Training graphs recompute forward activations for the backward pass; the random layered "
+            "graphs have no backward, so a tensor is recomputed for the uses after its longest idle gap.  "
+            "`infeasible: min = x` is the smallest feasible budget (proved by the MILP), "
+            "`min <= x` the smallest found."
+        ),
+        table(
+            ["graph", "ops", "recomputable", "budget",
+             "heuristic peak", "overhead", "s", "exact peak", "overhead", "s", "gap"],
+            budget_rows,
+        ),
+        f"Slowest graph (all four runs): {slowest:.0f}s.",
+        "### Rules on the training graphs: mirror (MXNet's threshold search) and sqrt(n) checkpoints",
+        table(["graph", "mirror peak", "overhead", "threshold", "s", "sqrt peak", "overhead", "s"], rule_rows),
+        "### sqrt(n) on training chains (`synthetic.chain(n, train=True, batch=256, width=4)`)",
+        "LOAD in activations (one layer's output), without and with sqrt checkpoints.",
+        table(["layers n", "no remat", "sqrt", "2 sqrt(n) - 1", "overhead"], chain_rows),
+        f"{note}; LOAD grows as n^{exponent:.2f} (least squares over n = 16..400).",
+    ]
+
+
+def section(quick: bool, time_limit: float = 60.0) -> str:
+    command = rerun("bench_remat.py", quick) + (f" --time-limit {time_limit:g}" if time_limit != 60.0 else "")
+    return "\n\n".join(
+        ["## Remat: recomputation under a memory budget", stamp(command),
+         *checkmate_tables(quick, time_limit), *executor_tables(quick)]
     )
-    write_section("remat", body)
-    log("wrote docs/benchmarks.md")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="skip the 500- and 1000-op graphs and GPT-2 small")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact solve")
+    args = parser.parse_args()
+    write_section("remat", section(args.quick, args.time_limit))
+    log("wrote the remat section of docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,90 @@
+"""The benchmark suite: regenerate the whole of docs/benchmarks.md in one run.
+
+Rerun: ``python scripts/bench.py`` (the full suite, about half an hour on a 2-core CPU)
+or ``python scripts/bench.py --quick`` (a few minutes).  Each section is also a script of
+its own (``scripts/bench_<section>.py [--quick]``) that rewrites only its section:
+
+1. ``peak``: eager PyTorch, memonger-style sharing, greedy by size and mpplan auto;
+2. ``placement``: accelerate's ``infer_auto_device_map`` against mpplan's placement;
+3. ``planner``: schedules, assigners and planning time against graph size (1k..100k ops);
+4. ``search``: speed-up of the measured phase with 1 and 2 Ray evaluator actors;
+5. ``remat``: memory against overhead on the Checkmate graphs, and executed remat plans.
+
+A section that fails is written as its error and the suite goes on (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import traceback
+from typing import Callable
+
+import bench_peak
+import bench_placement
+import bench_planner
+import bench_remat
+import bench_search
+from benchlib import BENCHMARKS, REPO, commit, load_average, log, machine, timer, versions, write_layout, write_section
+
+SECTIONS: dict[str, Callable[[bool], str]] = {
+    "peak": bench_peak.section,
+    "placement": bench_placement.section,
+    "planner": bench_planner.section,
+    "search": bench_search.section,
+    "remat": bench_remat.section,
+}
+
+
+def header(quick: bool, seconds: dict[str, float], loads: tuple[float, float]) -> str:
+    """The machine, the software and how this run went, for the top of the document."""
+    kind = "quick run (`python scripts/bench.py --quick`)" if quick else "full run (`python scripts/bench.py`)"
+    timings = ", ".join(f"{name} {s / 60:.1f}" for name, s in seconds.items())
+    return "\n".join(
+        [
+            f"- Machine: {machine()}.",
+            f"- Software: {versions()}.",
+            f"- Run: {datetime.date.today().isoformat()}, commit {commit()}, {kind}: "
+            f"{sum(seconds.values()) / 60:.1f} minutes ({timings}).",
+            f"- 1-minute load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end: timings are "
+            "only as quiet as the machine was.  Torch runs one intra-op thread where steps are timed or "
+            "eager is measured (on this 2-core VM two threads made step times swing by 5x between runs).",
+        ]
+    )
+
+
+def run_section(name: str, quick: bool) -> tuple[float, bool]:
+    """Run one section and write it (or its error); (seconds, succeeded)."""
+    log(f"== {name}")
+    ok = True
+    with timer() as t:
+        try:
+            body = SECTIONS[name](quick)
+        except Exception:  # noqa: BLE001 - one broken section must not cost the others' numbers
+            ok = False
+            body = f"## {name}: failed\n\n```\n{traceback.format_exc()}```"
+            log(traceback.format_exc())
+    write_section(name, body)
+    log(f"== {name}: {t[0]:.0f}s")
+    return t[0], ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
+    args = parser.parse_args()
+    write_layout(["machine", *SECTIONS])
+    start_load = load_average()
+    seconds, failed = {}, []
+    for name in SECTIONS:
+        seconds[name], ok = run_section(name, args.quick)
+        if not ok:
+            failed.append(name)
+    write_section("machine", header(args.quick, seconds, (start_load, load_average())))
+    log(f"wrote {BENCHMARKS.relative_to(REPO)} in {sum(seconds.values()) / 60:.1f} min"
+        + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
