@@ -5,7 +5,10 @@
   not train across devices).  Nested entries that agree with their parent collapse
   into it, as accelerate writes its own maps.
 * ``split-points``: the module paths where each pipeline stage after the first
-  begins, for ``torch.distributed.pipelining``'s ``SplitPoint.BEGINNING``.
+  begins, for ``torch.distributed.pipelining``'s ``SplitPoint.BEGINNING``.  A stage
+  may return to an earlier device (a head tied to the embedding runs where the
+  embedding's weight lives): run such plans with a looped schedule, one rank per
+  device and the stages of ``plan.module_devices`` on it.
 """
 
 from __future__ import annotations

@@ -219,16 +219,23 @@ def choose_placement(
     candidates = {
         "single": place.place_single(graph, names[0]),
         "pipeline": place.place_pipeline(graph, order, capacity, no_split=settings.no_split),
-        "shift": shift_placement(graph, order, devices, settings),
     }
     if settings.device_map:
         candidates["manual"] = place.place_manual(graph, order, names, settings.device_map)
-    scored = {}
-    for name, op_device in candidates.items():
-        load = place.device_loads(graph, order, op_device, names)
-        scored[name] = (place.worst_ratio(load, capacity), load.placed.cross_device_bytes)
+    scored = {name: _score(graph, order, op_device, capacity) for name, op_device in candidates.items()}
+    # Shift moves activations between two devices only: on more devices it is tried when the
+    # pipeline does not fit, since its greedy search costs many exact evaluations.
+    if len(devices) == 2 or scored["pipeline"][0] > 1.0:
+        candidates["shift"] = shift_placement(graph, order, devices, settings)
+        scored["shift"] = _score(graph, order, candidates["shift"], capacity)
     best = min(scored, key=lambda n: (scored[n][0] > 1.0, scored[n]))
     return candidates[best], best
+
+
+def _score(graph: Graph, order: Sequence[int], op_device: Sequence[str], capacity: Mapping[str, int]) -> tuple[float, int]:
+    """(worst peak / capacity, cross-device bytes) of a placement, exactly after copies."""
+    load = place.device_loads(graph, order, op_device, list(capacity))
+    return place.worst_ratio(load, capacity), load.placed.cross_device_bytes
 
 
 def shift_placement(

@@ -46,10 +46,15 @@ def test_split_points_follow_stage_order(gpt_infer):
     devices = [Device(f"cuda:{i}", 1 << 30) for i in range(2)]
     p = plan(graph, devices, PlannerSettings(placement="pipeline"))
     points = split_points(p)
-    assert len(points) == 1
     modules = list(p.module_devices)
-    assert p.module_devices[points[0]] == "cuda:1"
-    assert all(p.module_devices[m] == "cuda:0" for m in modules[: modules.index(points[0])])
+    bounds = [0, *(modules.index(m) for m in points), len(modules)]
+    stages = [modules[a:b] for a, b in zip(bounds, bounds[1:])]
+    stage_devices = [p.module_devices[stage[0]] for stage in stages]
+    assert all(p.module_devices[m] == device for stage, device in zip(stages, stage_devices) for m in stage)
+    assert all(a != b for a, b in zip(stage_devices, stage_devices[1:])), "a split point changes device"
+    assert stage_devices[:2] == ["cuda:0", "cuda:1"]
+    # The LM head is tied to the embedding: it runs back on the embedding's device, as a last stage.
+    assert stage_devices[2:] == ["cuda:0"] and stages[2] == ["head"]
 
 
 def test_cli_export_and_errors(capsys, tmp_path, gpt_infer):

@@ -257,3 +257,91 @@ def test_view_op_runs_with_its_base_and_readers_copy_the_view():
     devices = [Device("g0", 10_000), Device("g1", 10_000)]
     p = plan(graph, devices, PlannerSettings(placement="manual", alignment=1, device_map={"": "g0"}))
     verify(graph, p)
+
+
+# --- tied weights, optimizer state, forced stages -------------------------------------------
+
+
+def tied_lm(blocks: int = 6, emb: int = 4000, hidden: int = 100) -> Graph:
+    """embed -> blocks -> head, the head reading the embedding's (large) weight through a view."""
+    tensors = [
+        Tensor("ids", 8, Kind.INPUT),
+        Tensor("emb", emb, Kind.PARAM),
+        Tensor("embT", 0, alias_of="emb"),
+        Tensor("h0", hidden),
+        Tensor("logits", hidden),
+    ]
+    ops = [Op("embed", "Embedding", ("ids", "emb"), ("h0",), module="tok_emb")]
+    for i in range(blocks):
+        tensors += [Tensor(f"w{i}", emb // 2, Kind.PARAM), Tensor(f"h{i + 1}", hidden)]
+        ops.append(Op(f"block{i}", "Linear", (f"h{i}", f"w{i}"), (f"h{i + 1}",), module=f"blocks.{i}"))
+    ops += [
+        Op("t", "t", ("emb",), ("embT",), module="head"),
+        Op("head", "mm", (f"h{blocks}", "embT"), ("logits",), module="head"),
+    ]
+    return Graph("tied_lm", tuple(tensors), tuple(ops), ("logits",)).validate()
+
+
+def test_pipeline_runs_a_tied_head_where_its_weight_lives():
+    """Copying the hidden state back beats copying the vocabulary matrix forward (accelerate keeps
+    tied weights together too); before, the head's device received a copy of the whole embedding."""
+    graph = tied_lm()
+    devices = [Device(f"g{i}", 1 << 20) for i in range(3)]
+    p = plan(graph, devices, PlannerSettings(placement="pipeline", alignment=1))
+    verify(graph, p)
+    assert p.placement["head"] == p.placement["embed"] == "g0"
+    assert len({p.placement[op.name] for op in graph.ops}) == 3
+    assert all(c.tensor not in ("emb", "embT") for c in p.copies)
+    assert p.cross_device_bytes < graph.tensor("emb").nbytes
+
+
+def test_tied_readers_stay_put_when_the_weight_is_small():
+    graph = tied_lm(emb=40, hidden=400)
+    order = list(range(len(graph.ops)))
+    units = {k: k for k in place.forward_ops(graph, order)}
+    assert place.pull_tied_readers(graph, order, units) == units
+
+
+def test_optimizer_state_lives_with_its_parameter(zoo_gpt_adam):
+    """Adam's moments are updated where the parameter's gradient is made: no moment, and nothing
+    computed from one, crosses devices (before, they all followed the last stage)."""
+    from mpplan.planner import placed_graph
+
+    graph = zoo_gpt_adam
+    devices = [Device(f"cuda:{i}", 1 << 30) for i in range(4)]
+    p = plan(graph, devices, PlannerSettings(placement="pipeline"))
+    verify(graph, p)
+    placed = placed_graph(graph, p)
+    topo = placed.graph.topology
+    home = {t.name: placed.storage_device[topo.storage_of[topo.tensor_index[t.name]]] for t in graph.tensors}
+    params = [t.name for t in graph.tensors if t.kind is Kind.PARAM]
+    assert len({home[name] for name in params}) == 4
+    for name in params:
+        assert home[f"{name}.exp_avg"] == home[f"{name}.exp_avg_sq"] == home[name], name
+    state = {t.name for t in graph.tensors if t.kind is Kind.OPTIMIZER_STATE}
+    assert not [c.tensor for c in p.copies if c.tensor in state]
+    forward = {graph.ops[k].name for k in place.forward_ops(graph, range(len(graph.ops)))}
+    assert not [op.name for op in graph.ops if op.name in forward and set(op.inputs) & state]
+
+
+@pytest.fixture(scope="module")
+def zoo_gpt_adam() -> Graph:
+    pytest.importorskip("torch")
+    from mpplan.capture.torch_capture import capture
+    from mpplan.zoo.transformer import example_inputs, gpt
+
+    return capture(gpt(n_layers=4, device="meta"), example_inputs(batch=2, seq_len=32, device="meta"),
+                   mode="train", optimizer="adam")
+
+
+def test_partition_balances_the_others_when_one_stage_is_forced():
+    """One unit alone sets the largest ratio: the remaining stages still share the rest evenly,
+    instead of leaving devices with one tiny unit each to save copies."""
+    weights = [1, 100, 1, 1, 1, 1, 1, 1, 1, 1]
+
+    def cost(i, j):
+        return sum(weights[i : j + 1]), 0 if j - i > 3 else 1  # longer stages copy less
+
+    starts = place.partition(len(weights), [1000] * 4, cost)
+    bounds = [0, *starts, len(weights)]
+    assert [sum(weights[a:b]) for a, b in zip(bounds, bounds[1:])] == [1, 100, 4, 4]

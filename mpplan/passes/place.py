@@ -18,6 +18,7 @@ the producer of its inputs.  Pure view ops stay with their base.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -57,6 +58,7 @@ def complete(graph: Graph, order: Sequence[int], anchors: Mapping[int, str]) -> 
             if topo.producer[s] < 0 and s in user_label:
                 label[k] = user_label[s]
                 break
+    _follow_state(graph, order, label, user_label)
     default = label[order[0]] if order and order[0] in label else next(iter(anchors.values()), "")
     for k in order:
         if k in label:
@@ -69,6 +71,36 @@ def complete(graph: Graph, order: Sequence[int], anchors: Mapping[int, str]) -> 
             if producer >= 0:
                 label[k] = label[producer]
     return tuple(label[k] for k in range(len(graph.ops)))
+
+
+def _follow_state(graph: Graph, order: Sequence[int], label: dict[int, str], state_label: dict[int, str]) -> None:
+    """Label the optimizer's ops where the gradients they read were made, and keep each
+    piece of pre-existing state (Adam's moments) with the ops that update it.
+
+    Propagates to a fixpoint: ``exp_avg_sq.mul_(beta2)`` learns its device only from the
+    later ``exp_avg_sq.addcmul_(grad, grad)``, whose gradient's producer is placed.
+    """
+    topo = graph.topology
+    pending = [k for k in order if k not in label]
+    changed = True
+    while changed and pending:
+        changed = False
+        for k in pending:
+            if k in label:
+                continue
+            found = None
+            for s in topo.op_storages[k]:
+                p = topo.producer[s]
+                found = label.get(p) if p >= 0 else state_label.get(s)
+                if found is not None:
+                    break
+            if found is None:
+                continue
+            label[k], changed = found, True
+            for s in topo.op_storages[k]:
+                if topo.producer[s] < 0:
+                    state_label.setdefault(s, found)
+        pending = [k for k in pending if k not in label]
 
 
 def _follow(graph: Graph, k: int, label: dict[int, str]) -> str | None:
@@ -88,15 +120,30 @@ def _follow(graph: Graph, k: int, label: dict[int, str]) -> str | None:
 
 
 def forward_ops(graph: Graph, order: Sequence[int]) -> list[int]:
-    """Ops in ``order`` that are neither backward ops, recomputes nor in-place updates of pre-existing state."""
+    """Ops in ``order`` that belong to the forward pass: the anchors a partition places.
+
+    After the forward pass: backward ops, recomputes, ops that read gradients or
+    optimizer state (the optimizer's arithmetic), and every op that reads what one of
+    those made.  Not anchors either: in-place updates of pre-existing state (a batch
+    norm's running stats: the op follows its tensor) and views of weights (they touch
+    no dynamic storage, and must run with their reader, or a view decides the weight's home).
+    """
     topo = graph.topology
+    state_kinds = (Kind.GRAD, Kind.OPTIMIZER_STATE)
+    made_after_forward: set[int] = set()
     forward = []
     for k in order:
         op = graph.ops[k]
-        if op.backward_of is not None or op.recompute_of is not None:
+        storages = topo.op_storages[k]
+        if (
+            op.backward_of is not None
+            or op.recompute_of is not None
+            or any(graph.tensors[s].kind in state_kinds or s in made_after_forward for s in storages)
+        ):  # new storages only: a view of a weight or an in-place update makes none
+            made_after_forward.update(t for t in topo.op_outputs[k] if topo.storage_of[t] == t and t not in topo.op_inputs[k])
             continue
         updates_state = any(topo.producer[topo.storage_of[topo.tensor_index[t]]] < 0 for t in op.in_place)
-        if not updates_state:
+        if not updates_state and any(not topo.is_static[s] for s in storages):
             forward.append(k)
     return forward
 
@@ -144,20 +191,21 @@ def partition(num_units: int, capacities: Sequence[int], cost: Callable[[int, in
     """Split units ``0..num_units-1`` into ``len(capacities)`` contiguous non-empty stages.
 
     ``cost(i, j)`` gives (peak bytes, incoming copy bytes) of a stage holding
-    units ``i..j`` inclusive.  Minimises the largest ``peak / capacity``, then the
-    total copy bytes, then uneven stages; returns the first unit of every stage after the first.
+    units ``i..j`` inclusive.  Minimises the largest ``peak / capacity`` (exactly), then
+    uneven stages (the sum of squared ratios), then the total copy bytes; returns the first
+    unit of every stage after the first.  Balance comes before copies so that a stage
+    whose peak is forced (one large unit) does not leave the other devices nearly empty.
     Exact over all contiguous splits (a DP over (stage, last unit)).
     """
     stages = min(len(capacities), num_units)
     inf = (float("inf"), float("inf"), float("inf"))
-    # best[d][j]: (max ratio, copy bytes, sum of squared ratios) placing units 0..j on devices 0..d;
-    # the squares only break ties, towards even stages.
+    # best[d][j]: (max ratio, sum of squared ratios, copy bytes) placing units 0..j on devices 0..d.
     best = [[inf] * num_units for _ in range(stages)]
     cut = [[-1] * num_units for _ in range(stages)]
     for j in range(num_units):
         peak, copied = cost(0, j)
         ratio = peak / capacities[0]
-        best[0][j] = (ratio, copied, ratio * ratio)
+        best[0][j] = (ratio, ratio * ratio, copied)
     for d in range(1, stages):
         for j in range(d, num_units):
             for i in range(d, j + 1):
@@ -166,7 +214,7 @@ def partition(num_units: int, capacities: Sequence[int], cost: Callable[[int, in
                     continue
                 peak, copied = cost(i, j)
                 ratio = peak / capacities[d]
-                cand = (max(prev[0], ratio), prev[1] + copied, prev[2] + ratio * ratio)
+                cand = (max(prev[0], ratio), prev[1] + ratio * ratio, prev[2] + copied)
                 if cand < best[d][j]:
                     best[d][j], cut[d][j] = cand, i
     starts, j = [], num_units - 1
@@ -320,53 +368,156 @@ def place_pipeline(
     order: Sequence[int],
     capacities: Mapping[str, int],
     *,
-    max_units: int = 48,
+    max_units: int | None = None,
     no_split: Sequence[str] = (),
     refine_steps: int = 64,
 ) -> tuple[str, ...]:
     """Contiguous stages over the forward ops by the exact DP, then boundary refinement.
 
     The DP scores stages with ``SegmentCost``; refinement moves one boundary by one
-    unit at a time while the exact post-copy peaks improve.
+    unit at a time while the exact post-copy peaks improve.  When parameters are
+    tied (read by forward ops in several units, like GPT-2's embedding and LM head),
+    the partition is also made with those readers pulled to the parameter's first
+    unit, as accelerate keeps tied weights together, and the better of the two kept:
+    copying a hidden state is usually far cheaper than copying a vocabulary matrix.
+    Each grouping is also tried with the optimizer's arithmetic on the last stage:
+    optimizer state then sits where the last stage's short-lived activations leave
+    room, at the price of sending updates back to the parameters' devices.
     """
     devices = list(capacities)
+    max_units = max_units or default_units(len(order))
     units = make_units(graph, forward_ops(graph, order), max(max_units, len(devices)), no_split)
     if len(devices) == 1 or len(units) <= 1:
         return place_single(graph, devices[0])
-    unit_anchor = {k: str(u) for u, run in enumerate(units) for k in run}
-    unit_of_op = [int(x) for x in complete(graph, order, unit_anchor)]
-    coster = SegmentCost(graph, order, unit_of_op, len(units))
-    starts = list(partition(len(units), [capacities[d] for d in devices], coster))
+    unit_of_anchor = {k: u for u, run in enumerate(units) for k in run}
+    groupings = [unit_of_anchor]
+    tied = pull_tied_readers(graph, order, unit_of_anchor)
+    if tied != unit_of_anchor:
+        groupings.append(tied)
+    optimizer = optimizer_ops(graph, order)
+    if optimizer:  # the optimizer's arithmetic (and so its state) on the last stage, ZeRO-like
+        groupings += [{**grouping, **dict.fromkeys(optimizer, len(units) - 1)} for grouping in list(groupings)]
+    stagings = [_Staging.by_dp(graph, order, grouping, len(units), capacities) for grouping in groupings]
+    best = min(stagings, key=lambda staging: staging.score(staging.starts))
+    return best.refined(refine_steps)
 
-    def placement_for(cuts: Sequence[int]) -> tuple[str, ...]:
-        bounds = [0, *cuts, len(units)]
-        stage_of_unit = [0] * len(units)
+
+def optimizer_ops(graph: Graph, order: Sequence[int]) -> list[int]:
+    """The optimizer's arithmetic: ops outside the backward pass that read optimizer state
+    and make new dynamic storage (Adam's ``sqrt`` of its second moment, the bias corrections)."""
+    topo = graph.topology
+    return [
+        k
+        for k in order
+        if graph.ops[k].backward_of is None
+        and graph.ops[k].recompute_of is None
+        and any(graph.tensors[s].kind is Kind.OPTIMIZER_STATE for s in topo.op_storages[k])
+        and any(not topo.is_static[topo.storage_of[t]] for t in topo.op_outputs[k])
+    ]
+
+
+def default_units(num_ops: int) -> int:
+    """How finely the DP cuts: finer stages balance better, and the DP's cost grows as
+    units^2 x ops, so the unit count shrinks with the graph (100 units at 1k ops, 32 at 10k)."""
+    return max(32, min(128, math.isqrt(10_000_000 // max(num_ops, 1))))
+
+
+def pull_tied_readers(graph: Graph, order: Sequence[int], unit_of_anchor: Mapping[int, int]) -> dict[int, int]:
+    """Anchors with each reader of a tied parameter moved to the parameter's first unit.
+
+    A reader moves when the parameter outweighs the activations it reads; the forward
+    ops after it in its unit that depend on it move along, so its (often large) output
+    is consumed where it is made instead of being copied back.
+    """
+    topo = graph.topology
+    moved = dict(unit_of_anchor)
+    first_unit: dict[int, int] = {}
+    for k in order:
+        dynamic = [s for s in topo.op_storages[k] if not topo.is_static[s]]
+        if k not in unit_of_anchor or not dynamic:
+            continue  # a view of a weight reads nothing: it runs wherever its reader does
+        u = unit_of_anchor[k]
+        params = [s for s in topo.op_storages[k] if topo.producer[s] < 0 and topo.is_static[s]]
+        for s in params:
+            first_unit.setdefault(s, u)
+        tied = [s for s in params if first_unit[s] != u]
+        read = {topo.storage_of[t] for t in topo.op_inputs[k]} - set(params)
+        if tied and sum(topo.nbytes[s] for s in read) < sum(topo.nbytes[s] for s in tied):
+            moved[k] = first_unit[tied[0]]
+    pulled = {k for k in moved if moved[k] != unit_of_anchor[k]}
+    made_by_pulled: dict[int, int] = {}
+    for k in order:
+        if k not in unit_of_anchor:
+            continue
+        if k not in pulled:
+            sources = {made_by_pulled[s] for s in topo.op_storages[k] if s in made_by_pulled}
+            same_unit = [p for p in sources if unit_of_anchor[p] == unit_of_anchor[k]]
+            if not same_unit:
+                continue
+            moved[k] = moved[same_unit[0]]
+            pulled.add(k)
+        for t in topo.op_outputs[k]:
+            made_by_pulled[topo.storage_of[t]] = k
+    return moved
+
+
+@dataclass(frozen=True)
+class _Staging:
+    """Units (with their op mapping) cut into contiguous stages, one per device, scored exactly."""
+
+    graph: Graph
+    order: Sequence[int]
+    unit_of_op: tuple[int, ...]
+    num_units: int
+    capacities: Mapping[str, int]
+    starts: tuple[int, ...]
+
+    @classmethod
+    def by_dp(
+        cls, graph: Graph, order: Sequence[int], unit_of_anchor: Mapping[int, int], num_units: int,
+        capacities: Mapping[str, int],
+    ) -> _Staging:
+        """The DP's stages over these units, scored by ``SegmentCost``."""
+        labels = complete(graph, order, {k: str(u) for k, u in unit_of_anchor.items()})
+        unit_of_op = tuple(int(x) for x in labels)
+        coster = SegmentCost(graph, order, unit_of_op, num_units)
+        starts = partition(num_units, list(capacities.values()), coster)
+        return cls(graph, order, unit_of_op, num_units, capacities, starts)
+
+    def placement(self, starts: Sequence[int]) -> tuple[str, ...]:
+        devices = list(self.capacities)
+        bounds = [0, *starts, self.num_units]
+        stage_of_unit = [0] * self.num_units
         for stage in range(len(bounds) - 1):
             for u in range(bounds[stage], bounds[stage + 1]):
                 stage_of_unit[u] = stage
-        return tuple(devices[stage_of_unit[u]] for u in unit_of_op)
+        return tuple(devices[stage_of_unit[u]] for u in self.unit_of_op)
 
-    def score(cuts: Sequence[int]) -> tuple[float, int]:
-        load = device_loads(graph, order, placement_for(cuts), devices)
-        return worst_ratio(load, capacities), load.placed.cross_device_bytes
+    def score(self, starts: Sequence[int]) -> tuple[float, int]:
+        """(worst peak / capacity, cross-device bytes), exactly after copies."""
+        load = device_loads(self.graph, self.order, self.placement(starts), list(self.capacities))
+        return worst_ratio(load, self.capacities), load.placed.cross_device_bytes
 
-    best = score(starts)
-    for _ in range(refine_steps):
-        improved = False
-        for b in range(len(starts)):
-            for delta in (-1, 1):
-                cand = list(starts)
-                cand[b] += delta
-                lo = cand[b - 1] if b else 0
-                hi = cand[b + 1] if b + 1 < len(cand) else len(units)
-                if not lo < cand[b] < hi:
-                    continue
-                s = score(cand)
-                if s < best:
-                    best, starts, improved = s, cand, True
-        if not improved:
-            break
-    return placement_for(starts)
+    def refined(self, max_steps: int) -> tuple[str, ...]:
+        """Move one boundary by one unit at a time while the exact score improves."""
+        starts = list(self.starts)
+        best = self.score(starts)
+        for _ in range(max_steps):
+            improved = False
+            for b in range(len(starts)):
+                for delta in (-1, 1):
+                    cand = list(starts)
+                    cand[b] += delta
+                    lo = cand[b - 1] if b else 0
+                    hi = cand[b + 1] if b + 1 < len(cand) else self.num_units
+                    if not lo < cand[b] < hi:
+                        continue
+                    s = self.score(cand)
+                    if s < best:
+                        best, starts, improved = s, cand, True
+            if not improved:
+                break
+        return self.placement(starts)
 
 
 def shift(
