@@ -87,6 +87,26 @@ def test_four_gpus_fit_and_verify(capsys, four):
     assert out.startswith(f"{four / 'plan.json'}: ok (") and "4 devices" in out
 
 
+def test_batch_16_fits_with_sqrt_because_adam_state_moves_to_the_last_stage():
+    """The search's best point (step 4).  It fits only because the DP also tries the optimizer's
+    arithmetic on the last stage: with every Adam moment beside its parameter, cuda:3 needs
+    24.57 MiB of its 24."""
+    import mpplan
+    from mpplan.capture import graph_from_config
+    from mpplan.planner import PlannerSettings, placed_graph, plan
+
+    config = mpplan.load_config(FOUR_GPUS, ["workload.batch=16", "planner.remat.policy=sqrt"])
+    graph = graph_from_config(config)
+    devices = [mpplan.Device(f"cuda:{i}", 24 * MiB) for i in range(4)]
+    p = plan(graph, devices, PlannerSettings.from_config(config.planner))
+    assert p.max_peak_bytes <= 24 * MiB
+    placed = placed_graph(graph, p)
+    topo = placed.graph.topology
+    home = {t.name: placed.storage_device[topo.storage_of[topo.tensor_index[t.name]]] for t in graph.tensors}
+    moved = [t.name for t in graph.tensors if t.name.endswith(".exp_avg_sq") and home[t.name] != home[t.name[:-11]]]
+    assert moved and {home[name] for name in moved} == {"cuda:3"}
+
+
 def test_export_gives_accelerate_a_device_map_over_the_four_devices(capsys, four):
     code, out, _ = cli(capsys, "export", str(four / "plan.json"), "--format", "accelerate")
     assert code == 0
