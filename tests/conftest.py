@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,15 @@ def device(capacity: int = 1 << 30, name: str = "gpu0") -> Device:
 @pytest.fixture
 def one_device() -> list[Device]:
     return [device()]
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread() -> Iterator[None]:
+    """One intra-op thread for a module that runs tiny CPU kernels: on a loaded 2-core box two
+    threads fight for the cores and make each step many times slower."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

@@ -9,7 +9,6 @@ the plan gives their ops.  The CUDA tests check real placement and are skipped h
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,12 +25,7 @@ GPT = {"vocab_size": 64, "max_seq_len": 16, "d_model": 32, "n_heads": 2, "n_laye
 INPUTS = {"batch": 2, "seq_len": 16, "vocab_size": 64}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,13 +46,7 @@ MODELS: dict[str, tuple[dict[str, Any], dict[str, Any], str | None]] = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny CPU kernels run far faster on one thread than fighting for a loaded box's cores."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @dataclasses.dataclass(frozen=True)

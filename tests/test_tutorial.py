@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +29,7 @@ TUTORIAL = REPO / "docs" / "tutorial.md"
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: on a busy 2-core box two threads can make each step ten times slower."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
