@@ -1,10 +1,10 @@
-"""Placement: accelerate's ``infer_auto_device_map`` against mpplan's placement, inference on 4 and 8 devices.
+"""Placement: accelerate's ``infer_auto_device_map`` against mpplan's placement, and training plans over 2-4 devices.
 
-Rerun: ``python scripts/bench_placement.py`` (``--quick``: 4 devices only).  Writes the
-``placement`` section of docs/benchmarks.md.
+Rerun: ``python scripts/bench_placement.py`` (``--quick``: 4 devices only, no GPT-2 small
+training).  Writes the ``placement`` section of docs/benchmarks.md.
 
 Each model is built on the meta device from a transformers config (no download, no
-weights) in float16 and captured on fake tensors.  accelerate places it the way its
+weights) and captured on fake tensors.  accelerate places it the way its
 docs do (``get_balanced_memory``, then ``infer_auto_device_map`` with the model's
 no-split classes); both that map (``placement: manual``) and mpplan's own choice
 (``placement: auto``) are then planned by the same planner on the same graph, so both
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
-from benchlib import human, log, rerun, section_main, stamp, table, timer
+from benchlib import SHARED_DATA, human, log, rerun, section_main, stamp, table, timer
 
 from mpplan.capture.torch_capture import capture
 from mpplan.config import Device
@@ -27,8 +27,8 @@ from mpplan.graph import Graph
 from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, plan
 
-DTYPE = torch.float16
 HEADROOM = 1.3  # each device holds the weights' share times this
+SHARE = 0.6  # training: each device holds this fraction of the single-device peak, so one cannot run the step
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,20 @@ class Model:
 
     label: str
     build: Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor]]]
+    capacity: int | None = None  # per device; None: the weights' share times HEADROOM
 
 
 def tokens(batch: int, seq: int) -> torch.Tensor:
     return torch.empty(batch, seq, dtype=torch.int64, device="meta")
 
 
-def gpt2_medium() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    from mpplan.zoo.gpt2 import gpt2
+def gpt2_medium(seq: int) -> Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor]]]:
+    def build() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+        from mpplan.zoo.gpt2 import gpt2
 
-    return gpt2("gpt2-medium", device="meta").to(DTYPE), {"input_ids": tokens(1, 1024)}
+        return gpt2("gpt2-medium", device="meta"), {"input_ids": tokens(1, seq)}
+
+    return build
 
 
 def llama_7b() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -57,7 +61,7 @@ def llama_7b() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
         num_key_value_heads=32, max_position_embeddings=4096, use_cache=False,
     )
     with torch.device("meta"):
-        return LlamaForCausalLM(config).to(DTYPE), {"input_ids": tokens(1, 2048)}
+        return LlamaForCausalLM(config).to(torch.float16), {"input_ids": tokens(1, 2048)}
 
 
 def t5_3b() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -68,19 +72,27 @@ def t5_3b() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
         use_cache=False,
     )
     with torch.device("meta"):
-        model = T5ForConditionalGeneration(config).to(DTYPE)
+        model = T5ForConditionalGeneration(config).to(torch.float16)
     return model, {"input_ids": tokens(1, 512), "decoder_input_ids": tokens(1, 512)}
 
 
+GIB = 1 << 30
+LLAMA_7B = "7B decoder (LlamaConfig: 4096 hidden, 11008 MLP, 32 layers, 32 heads; fp16; 1x2048 tokens)"
 MODELS = (
-    Model("GPT-2 medium (355M; 1x1024 tokens)", gpt2_medium),
-    Model("7B decoder (LlamaConfig: 4096 hidden, 11008 MLP, 32 layers, 32 heads; 1x2048 tokens)", llama_7b),
-    Model("T5-3B-like (d_model 1024, d_ff 16384, 24+24 layers, 32 heads; 1x512 -> 512 tokens)", t5_3b),
+    Model("GPT-2 medium (355M; fp32; 1x1024 tokens)", gpt2_medium(1024)),
+    Model("GPT-2 medium (355M; fp32; 1x128 tokens)", gpt2_medium(128)),
+    Model(LLAMA_7B, llama_7b),
+    Model(LLAMA_7B, llama_7b, capacity=24 * GIB),
+    Model("T5-3B-like (d_model 1024, d_ff 16384, 24+24 layers, 32 heads; fp16; 1x512 -> 512 tokens)", t5_3b),
 )
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def dtype_of(model: torch.nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
 
 
 def accelerate_map(model: torch.nn.Module, capacity: int, count: int) -> dict[str, int | str]:
@@ -91,25 +103,31 @@ def accelerate_map(model: torch.nn.Module, capacity: int, count: int) -> dict[st
     logging.getLogger("accelerate.utils.modeling").setLevel(logging.ERROR)
     no_split = getattr(model, "_no_split_modules", None) or []
     max_memory = {i: capacity for i in range(count)}
-    balanced = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split, dtype=DTYPE)
-    return dict(infer_auto_device_map(model, max_memory=balanced, no_split_module_classes=no_split, dtype=DTYPE))
+    dtype = dtype_of(model)
+    balanced = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split, dtype=dtype)
+    return dict(infer_auto_device_map(model, max_memory=balanced, no_split_module_classes=no_split, dtype=dtype))
+
+
+def spread(values: list[int]) -> str:
+    """max/min of per-device bytes (an empty device makes it infinite)."""
+    return f"{max(values) / min(values):.2f}" if min(values) else "inf (an empty device)"
 
 
 def row(label: str, devices: list[Device], method: str, planned: Plan, seconds: float) -> list[object]:
     peaks = [d.peak_bytes for d in planned.devices]
+    weights = [d.static_bytes for d in planned.devices]
     used = len({planned.placement[op] for op in planned.schedule})
-    spread = f"{max(peaks) / min(peaks):.2f}" if min(peaks) else "inf (an empty device)"
     fits = all(d.peak_bytes <= d.capacity_bytes for d in planned.devices)
     return [
         label, f"{len(devices)} x {human(devices[0].capacity)}", method,
-        " / ".join(f"{p / 2**30:.2f}" for p in peaks), human(max(peaks)), spread, used,
+        " / ".join(f"{p / 2**30:.2f}" for p in peaks), human(max(peaks)), spread(peaks), spread(weights), used,
         human(planned.cross_device_bytes), "yes" if fits else "**no**", f"{seconds:.1f}",
     ]
 
 
 def compare(model: Model, module: torch.nn.Module, graph: Graph, count: int) -> list[list[object]]:
     """accelerate's map and mpplan's auto placement of one captured model on ``count`` devices."""
-    capacity = int(weight_bytes(module) * HEADROOM / count)
+    capacity = model.capacity or int(weight_bytes(module) * HEADROOM / count)
     devices = [Device(f"cuda:{i}", capacity) for i in range(count)]
     with timer() as t_map:
         device_map = accelerate_map(module, capacity, count)
@@ -128,39 +146,110 @@ def compare(model: Model, module: torch.nn.Module, graph: Graph, count: int) -> 
     ]
 
 
-def device_counts(quick: bool) -> tuple[int, ...]:
+def device_counts(model: Model, quick: bool) -> tuple[int, ...]:
+    if model.capacity:
+        return (8,)
     return (4,) if quick else (4, 8)
 
 
-def section(quick: bool) -> str:
+def inference_rows(quick: bool) -> list[list[object]]:
     rows = []
     for model in MODELS:
         module, inputs = model.build()
         with timer() as t:
             graph = capture(module, inputs, mode="infer")
         log(f"placement: {model.label}: {len(graph.ops)} ops captured in {t[0]:.1f}s, {human(weight_bytes(module))}")
-        for count in device_counts(quick):
+        for count in device_counts(model, quick):
             rows += compare(model, module, graph, count)
+    return rows
+
+
+def training_graphs(quick: bool) -> Iterator[tuple[str, Graph]]:
+    """Captured training steps (Adam) at a batch one device of the table cannot hold."""
+    from mpplan.zoo.transformer import example_inputs, gpt
+
+    yield "zoo GPT (4 layers, d 128; train, adam, 32x128)", capture(
+        gpt(n_layers=4, device="meta"), example_inputs(batch=32, seq_len=128, device="meta"), mode="train",
+        optimizer="adam",
+    )
+    if not quick:
+        from mpplan.zoo.gpt2 import gpt2
+
+        yield "GPT-2 small (train, adam, 8x512)", capture(
+            gpt2("gpt2", device="meta"), {"input_ids": tokens(8, 512)}, mode="train", optimizer="adam"
+        )
+
+
+def checkmate_graphs() -> Iterator[tuple[str, Graph]]:
+    from mpplan.capture.graph_file import load_graph
+
+    for path in sorted(SHARED_DATA.glob("*_train_nx.json")):
+        yield path.stem, load_graph(path)
+
+
+def spread_row(label: str, graph: Graph, share: float, count: int) -> list[object]:
+    """mpplan auto on ``count`` devices each holding ``share`` of the single-device peak."""
+    topo = graph.topology
+    single = plan(graph, [Device("cuda:0", 1 << 62)]).max_peak_bytes
+    largest_op = max(sum(topo.nbytes[s] for s in topo.op_storages[k]) for k in range(len(graph.ops)))
+    capacity = int(single * share)
+    devices = [Device(f"cuda:{i}", capacity) for i in range(count)]
+    with timer() as t:
+        planned = plan(graph, devices, PlannerSettings(placement="auto"))
+    peaks = [d.peak_bytes for d in planned.devices]
+    fits = max(peaks) <= capacity
+    log(f"  {label} on {count}: max {human(max(peaks))} of {human(capacity)}, {t[0]:.1f}s")
+    return [
+        label, human(single), human(largest_op), f"{count} x {human(capacity)}", planned.settings["placement_chosen"],
+        " / ".join(human(p) for p in peaks), f"{max(peaks) / (sum(peaks) / len(peaks)):.3f}",
+        human(planned.cross_device_bytes), "yes" if fits else "**no**", f"{t[0]:.1f}",
+    ]
+
+
+def training_rows(quick: bool) -> list[list[object]]:
+    graphs = [*training_graphs(quick), *checkmate_graphs()]
+    return [spread_row(label, graph, SHARE, count) for label, graph in graphs for count in (2, 4)]
+
+
+def section(quick: bool) -> str:
+    inference = inference_rows(quick)
+    training = training_rows(quick)
     return "\n\n".join(
         [
             "## Placement: accelerate's device_map against mpplan, inference",
             stamp(rerun("bench_placement.py", quick)),
             (
-                "float16 models built on the meta device from their transformers configs, captured in "
+                "Models built on the meta device from their transformers configs, captured in "
                 f"inference mode.  Each device holds the weights' share times {HEADROOM} (weights / n x "
-                f"{HEADROOM}), so the model needs all of them.  `accelerate`: `get_balanced_memory` then "
+                f"{HEADROOM}), so the model needs all of them, except the 7B row on 8 x 24 GiB.  `accelerate`: `get_balanced_memory` then "
                 "`infer_auto_device_map` (the model's no-split classes), planned by mpplan as "
                 "`placement: manual` with that `device_map`; `mpplan auto`: mpplan's own placement (the "
                 "best of single, pipeline and shift; the one chosen in brackets).  Both are predicted by "
                 "the same planner (schedule, liveness, offsets) on the same graph.  Per-device peaks in GiB; "
-                "max/min: the largest device peak over the smallest; devices used: devices running at least "
+                "max/min: the largest device peak over the smallest; weights max/min: the same for the "
+                "weights (static bytes) each device holds; devices used: devices running at least "
                 "one op; cross-device: bytes copied between devices per forward (tied weights used on two "
                 "devices count too); s: seconds to place and plan."
             ),
             table(
-                ["model", "devices", "placement", "per-device peak (GiB)", "max peak", "max/min", "devices used",
+                ["model", "devices", "placement", "per-device peak (GiB)", "max peak", "max/min", "weights max/min",
+                 "devices used", "cross-device", "fits", "s"],
+                inference,
+            ),
+            f"### Training over 2 and 4 devices of {SHARE} x the single-device peak",
+            (
+                "mpplan `placement: auto` (the best of single, pipeline and shift that fits) of captured "
+                "training steps and of the Checkmate training graphs (node-link files of `../shared/data`).  "
+                f"Each device holds {SHARE} x the single-device peak, so no one device can run the step; "
+                "the same devices, two or four of them.  `largest op`: the largest working set of one op "
+                "(inputs and outputs), which every placement that does not split ops must hold on one "
+                "device: where it exceeds the capacity, no placement fits (VGG's first convolutions).  "
+                "max/mean: the largest device peak over the mean; s: seconds to place and plan."
+            ),
+            table(
+                ["graph", "one device", "largest op", "devices", "placement", "per-device peak", "max/mean",
                  "cross-device", "fits", "s"],
-                rows,
+                training,
             ),
         ]
     )
