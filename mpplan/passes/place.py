@@ -437,11 +437,11 @@ def pull_tied_readers(graph: Graph, order: Sequence[int], unit_of_anchor: Mappin
         if k not in unit_of_anchor or not dynamic:
             continue  # a view of a weight reads nothing: it runs wherever its reader does
         u = unit_of_anchor[k]
-        params = [s for s in topo.op_storages[k] if topo.producer[s] < 0 and topo.is_static[s]]
+        params = [s for s in topo.op_storages[k] if graph.tensors[s].kind is Kind.PARAM]
         for s in params:
             first_unit.setdefault(s, u)
         tied = [s for s in params if first_unit[s] != u]
-        read = {topo.storage_of[t] for t in topo.op_inputs[k]} - set(params)
+        read = {topo.storage_of[t] for t in topo.op_inputs[k]} - set(params)  # activations (and inputs)
         if tied and sum(topo.nbytes[s] for s in read) < sum(topo.nbytes[s] for s in tied):
             moved[k] = first_unit[tied[0]]
     pulled = {k for k in moved if moved[k] != unit_of_anchor[k]}
@@ -451,12 +451,12 @@ def pull_tied_readers(graph: Graph, order: Sequence[int], unit_of_anchor: Mappin
             continue
         if k not in pulled:
             sources = {made_by_pulled[s] for s in topo.op_storages[k] if s in made_by_pulled}
-            same_unit = [p for p in sources if unit_of_anchor[p] == unit_of_anchor[k]]
+            same_unit = sorted(p for p in sources if unit_of_anchor[p] == unit_of_anchor[k])
             if not same_unit:
                 continue
             moved[k] = moved[same_unit[0]]
             pulled.add(k)
-        for t in topo.op_outputs[k]:
+        for t in topo.op_outputs[k]:  # only pulled ops get here
             made_by_pulled[topo.storage_of[t]] = k
     return moved
 
