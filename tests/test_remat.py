@@ -301,6 +301,42 @@ def test_heuristic_names_the_smallest_budget_it_found() -> None:
         remat(graph, "budget", budget=1, solver="heuristic")
 
 
+def segments(layers: int) -> Graph:
+    """A training graph of ``layers`` segments ``h -> p -> q -> h'`` whose backward
+    reads ``q`` and ``h`` but not ``p``: recomputing ``Q`` alone keeps ``p`` alive in
+    ``q``'s place, only the chain ``P, Q`` frees ``q`` (Chen's segments)."""
+    tensors = [Tensor("h0", 8, Kind.INPUT)]
+    forward, backward = [], []
+    for k in range(layers):
+        h, p, q, nxt = f"h{k}", f"p{k}", f"q{k}", f"h{k + 1}"
+        tensors += [Tensor(p, 100), Tensor(q, 100), Tensor(nxt, 100)]
+        forward += [Op(f"P{k}", "f", (h,), (p,), 1.0), Op(f"Q{k}", "f", (p,), (q,), 1.0),
+                    Op(f"R{k}", "f", (q, h), (nxt,), 1.0)]
+    last = f"h{layers}"
+    tensors += [Tensor("loss", 1, Kind.OUTPUT), Tensor(f"g{last}", 100, Kind.GRAD)]
+    forward.append(Op("L", "loss", (last,), ("loss",), 1.0))
+    backward.append(Op("L.bw", "g", ("loss", last), (f"g{last}",), 1.0, backward_of="L"))
+    for k in reversed(range(layers)):
+        gh = f"gh{k}" if k else "gx"
+        tensors += [Tensor(f"gq{k}", 100, Kind.GRAD), Tensor(f"gp{k}", 100, Kind.GRAD),
+                    Tensor(gh, 100 if k else 8, Kind.GRAD)]
+        backward += [Op(f"R{k}.bw", "g", (f"gh{k + 1}", f"q{k}"), (f"gq{k}",), 1.0, backward_of=f"R{k}"),
+                     Op(f"Q{k}.bw", "g", (f"gq{k}", f"q{k}"), (f"gp{k}",), 1.0, backward_of=f"Q{k}"),
+                     Op(f"P{k}.bw", "g", (f"gp{k}", f"h{k}"), (gh,), 1.0, backward_of=f"P{k}")]
+    return Graph("segments", tuple(tensors), tuple(forward + backward), ("loss", "gx")).validate()
+
+
+def test_heuristic_recomputes_chains_where_single_recomputes_free_nothing() -> None:
+    graph = segments(3)
+    results = brute_force(graph)
+    smallest = min(p for p, _ in results.values())
+    r = remat(graph, "budget", budget=smallest, solver="heuristic")
+    assert r.peak_bytes <= smallest and r.added_cost == pytest.approx(least_cost(results, smallest))
+    assert {"P0", "Q0"} <= {op.recompute_of for op in r.graph.ops}
+    check_plans(r.graph)
+    assert min_feasible_budget(graph, solver="heuristic") == (smallest, False)
+
+
 def test_without_a_milp_backend_the_heuristic_decides_and_says_so(monkeypatch, caplog) -> None:
     monkeypatch.setattr(remat_ilp, "available_backend", lambda: None)
     graph = small_chain(6)

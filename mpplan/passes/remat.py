@@ -59,13 +59,17 @@ Policies (``POLICIES``):
 ``budget``
     fit ``budget`` bytes (an ``int``, or a ``float`` fraction of the no-remat peak,
     ``static + LOAD`` of the as-given order) with the least added op cost.  The
-    heuristic is a greedy: rank the candidates by the bytes they free at the steps
-    over budget per unit of cost, simulate the best few, add the one that removes
-    the most excess per unit cost, repeat until the graph fits, then drop every
-    recompute the fit does not need, dearest first.  It runs from nothing and from
-    each of the few candidates that alone free the most bytes, keeps the cheapest
-    fit, and improves it by local search (drop one of the dearest recomputes, ban
-    it, refill greedily, while that gets cheaper).  The exact solver is a MILP
+    heuristic is a greedy over *moves*: a candidate alone, or with its chain (the
+    producers of the inputs its recompute would keep alive, level by level, as in
+    Chen's segments: recomputing one link of a chain of equal-sized tensors frees
+    nothing, the whole segment frees all but its head).  Rank the moves by the
+    bytes they free at the steps over budget per unit of cost, simulate the best
+    few, add the one that removes the most excess per unit cost, repeat until the
+    graph fits, then drop every recompute the fit does not need, dearest first.
+    It runs from nothing (over chains, and over single candidates) and from each
+    of the few moves that alone free the most bytes, keeps the cheapest fit, and
+    improves it by local search (drop one of the dearest recomputes, ban it,
+    refill greedily, while that gets cheaper).  The exact solver is a MILP
     (``mpplan.passes.remat_ilp``) over the same memory model, warm-started with the
     heuristic's answer, under a time limit; it reports its best bound and gap.
     ``solver="auto"`` is exact on graphs of up to ``EXACT_MAX_OPS`` ops when a MILP
@@ -104,6 +108,7 @@ import bisect
 import itertools
 import logging
 import math
+import operator
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -156,6 +161,11 @@ RANDOM_KERNELS = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinom
 #: ``GREEDY_MAX_TRIES`` per step.
 GREEDY_TRIES = 8
 GREEDY_MAX_TRIES = 64
+
+#: The greedy's chain moves (``_chain``): at most this many levels (the candidate
+#: and its producers' levels above it), and this many candidates in one move.
+CHAIN_LEVELS = 6
+CHAIN_MAX_OPS = 8
 
 #: The budget heuristic's extra greedy starts (module docstring).
 HEURISTIC_SEEDS = 4
@@ -598,11 +608,9 @@ def evaluate(model: RematModel, chosen: Iterable[int]) -> Evaluation:
     count = [0] * n
     for i in effective:
         count[anchor[i]] += 1
-    orig_step, before, step_of = [], 0, {}
+    orig_step = list(map(operator.add, range(n), itertools.accumulate(count)))
+    step_of: dict[int, int] = {}
     seen = [0] * n
-    for p in range(n):
-        before += count[p]
-        orig_step.append(p + before)
     for i in effective:  # ascending = forward order within an anchor
         p = anchor[i]
         step_of[i] = orig_step[p] - count[p] + seen[p]
@@ -631,10 +639,8 @@ def evaluate(model: RematModel, chosen: Iterable[int]) -> Evaluation:
                     end = step_of[h]
             delta[orig_step[start[j]]] += nbytes
             delta[end + 1] -= nbytes
-    profile, running = [], 0
-    for step in range(steps):
-        running += delta[step]
-        profile.append(running)
+    delta.pop()
+    profile = list(itertools.accumulate(delta))
     load = max(profile, default=0)
     cost = sum(model.cand_cost[i] for i in effective)
     return Evaluation(effective, anchor, load, model.static_bytes + load, tuple(profile), tuple(orig_step), cost)
@@ -1010,28 +1016,31 @@ def _greedy(
     *,
     prune: bool = True,
     banned: frozenset[int] = frozenset(),
+    levels: int = CHAIN_LEVELS,
 ) -> Evaluation:
     """The budget heuristic (module docstring), from ``start`` (default: nothing recomputed).
 
-    Each step simulates the ranked candidates in batches of ``GREEDY_TRIES`` until a
-    batch holds one that lowers the excess over the budget (at most
-    ``GREEDY_MAX_TRIES`` per step), never choosing ``banned``.  If the budget cannot
-    be met, the choice with the least LOAD met is returned.
+    Each step simulates the ranked moves (``_rank``) in batches of ``GREEDY_TRIES``
+    until a batch holds one that lowers the excess over the budget (at most
+    ``GREEDY_MAX_TRIES`` per step), never choosing ``banned``; moves grow at most
+    ``levels`` levels (1: single candidates).  If the budget cannot be met, the
+    choice with the least LOAD met is returned.
     """
     current = evaluate(model, ()) if start is None else start
     best = current
     while current.load > dyn_budget:
         chosen = set(current.chosen)
         excess = _excess(current.profile, dyn_budget)
-        ranked = [i for i in _rank(model, current, dyn_budget) if i not in banned][:GREEDY_MAX_TRIES]
+        moves = _rank(model, current, dyn_budget, levels=levels)
+        ranked = [move for move in moves if banned.isdisjoint(move)][:GREEDY_MAX_TRIES]
         pick, pick_score = None, None
         for first in range(0, len(ranked), GREEDY_TRIES):
-            for i in ranked[first : first + GREEDY_TRIES]:
-                trial = evaluate(model, chosen | {i})
+            for move in ranked[first : first + GREEDY_TRIES]:
+                trial = evaluate(model, chosen.union(move))
                 gain = excess - _excess(trial.profile, dyn_budget)
                 if gain <= 0:
                     continue
-                score = (gain / max(model.cand_cost[i], 1e-9), -trial.load, -i)
+                score = (gain / max(trial.cost - current.cost, 1e-9), -trial.load)
                 if pick_score is None or score > pick_score:
                     pick, pick_score = trial, score
             if pick is not None:
@@ -1049,28 +1058,33 @@ def _greedy(
 def _heuristic(model: RematModel, dyn_budget: int, deadline: float = math.inf) -> Evaluation:
     """The cheapest fit of several greedy starts, improved by local search.
 
-    Starts: nothing recomputed, and each of the ``HEURISTIC_SEEDS`` candidates that
-    alone free the most excess bytes (whatever their cost): the ratio-greedy alone
-    takes cheap recomputes first and can then need a dear one where one mid-priced
-    recompute plus a few cheap ones would fit.  If no start fits, the peak is
-    lowered step by step (``_least_peak``) until it does.  Past ``deadline`` only the
-    first start runs to the end; the others and the local search are skipped.
+    Starts: nothing recomputed, greedy over chains and then over single candidates
+    (chains reach lower peaks; where single recomputes suffice they tend to fit for
+    less), and each of the ``HEURISTIC_SEEDS`` moves that alone free the most excess
+    bytes (whatever their cost): the ratio-greedy alone takes cheap recomputes first
+    and can then need a dear one where one mid-priced recompute plus a few cheap
+    ones would fit.  If no start fits, the peak is lowered step by step
+    (``_least_peak``), from the lowest start and from nothing, until it does.  Past ``deadline`` only the first start runs to
+    the end; the others and the local search are skipped.
     """
     empty = evaluate(model, ())
     excess = _excess(empty.profile, dyn_budget)
     seeds = []
-    for i in _rank(model, empty, dyn_budget, per_cost=False)[: 2 * HEURISTIC_SEEDS]:
-        trial = evaluate(model, (i,))
-        seeds.append((_excess(trial.profile, dyn_budget) - excess, i, trial))
-    runs = [_greedy(model, dyn_budget, empty)]
-    for _, _, start in sorted(seeds)[:HEURISTIC_SEEDS]:
-        if time.perf_counter() > deadline:
+    for move in _rank(model, empty, dyn_budget, per_cost=False)[: 2 * HEURISTIC_SEEDS]:
+        trial = evaluate(model, move)
+        seeds.append((_excess(trial.profile, dyn_budget) - excess, move, trial))
+    starts = [(empty, CHAIN_LEVELS), (empty, 1)]
+    starts += [(start, CHAIN_LEVELS) for _, _, start in sorted(seeds, key=lambda seed: seed[:2])[:HEURISTIC_SEEDS]]
+    runs = []
+    for start, levels in starts:
+        if runs and time.perf_counter() > deadline:
             break
-        runs.append(_greedy(model, dyn_budget, start))
+        runs.append(_greedy(model, dyn_budget, start, levels=levels))
     fits = [ev for ev in runs if ev.load <= dyn_budget]
     if not fits:
         lowest = min(runs, key=lambda ev: (ev.load, ev.cost))
-        lowered = _least_peak(model, lowest, stop_at=dyn_budget)
+        descents = (_least_peak(model, start, stop_at=dyn_budget) for start in (lowest, empty))
+        lowered = min(descents, key=lambda ev: (ev.load, ev.cost))
         if lowered.load > dyn_budget:
             return lowered
         fits = [_prune(model, lowered, dyn_budget)]
@@ -1115,44 +1129,114 @@ def _least_peak(model: RematModel, start: Evaluation | None = None, *, stop_at: 
 
 
 def _excess(profile: Sequence[int], dyn_budget: int) -> int:
-    return sum(v - dyn_budget for v in profile if v > dyn_budget)
+    """Live bytes over ``dyn_budget``, summed over the steps of ``profile``."""
+    over = [v for v in profile if v > dyn_budget]
+    return sum(over) - dyn_budget * len(over)
 
 
-def _rank(model: RematModel, ev: Evaluation, dyn_budget: int, *, per_cost: bool = True) -> list[int]:
-    """Unchosen candidates by estimated over-budget bytes freed per unit cost (or in
-    all, ``per_cost=False``), best first.
+def _rank(
+    model: RematModel, ev: Evaluation, dyn_budget: int, *, per_cost: bool = True, levels: int = CHAIN_LEVELS
+) -> list[tuple[int, ...]]:
+    """Moves of unchosen candidates (``_chain``, up to ``levels`` levels) by estimated
+    over-budget bytes freed per unit cost (or in all, ``per_cost=False``), best first.
 
-    Choosing ``i`` frees its outputs from their last early use until its recompute
-    and keeps its kept inputs alive until then; both are counted over the steps now
-    above the budget.
+    A move frees its members' outputs from their last early use until their
+    recomputes and keeps the kept inputs they read alive until then; both are
+    counted over the steps now above the budget.
     """
     over = [0]
     for v in ev.profile:
         over.append(over[-1] + (1 if v > dyn_budget else 0))
-    step = ev.orig_step
-
-    def count(a: int, b: int) -> int:  # over-budget steps strictly between a and b
-        return over[b] - over[a + 1] if b > a + 1 else 0
-
-    scores = []
+    scores: dict[tuple[int, ...], float] = {}
     for i in range(model.num_candidates):
         if i in ev.anchor:
             continue
-        anchor = model.cand_first_late[i]
-        for c in model.cand_consumers[i]:
-            if c in ev.anchor and ev.anchor[c] < anchor:
-                anchor = ev.anchor[c]
-        if anchor >= NEVER:
-            continue
-        at = step[anchor]
-        gain = sum(model.size[j] * count(step[model.early_last[j]], at) for j in model.cand_outputs[i])
-        for j in model.cand_inputs[i]:
-            if model.producer[j] not in ev.anchor:
-                gain -= model.size[j] * count(step[model.last[j]], at)
-        if gain > 0:
-            scores.append((-gain / max(model.cand_cost[i], 1e-9) if per_cost else -gain, i))
-    scores.sort()
-    return [i for _, i in scores]
+        for anchors, gain in _chain(model, ev, i, levels, over):
+            move = tuple(sorted(anchors))
+            if gain > 0 and move not in scores:
+                cost = sum(model.cand_cost[c] for c in move)
+                scores[move] = -gain / max(cost, 1e-9) if per_cost else -gain
+    return sorted(scores, key=lambda move: (scores[move], move))
+
+
+def _anchor_of(model: RematModel, ev: Evaluation, i: int) -> int:
+    """Where candidate ``i``'s recompute would run if chosen now: before its first late
+    use or before the earliest chosen recompute reading it (``NEVER``: not needed)."""
+    at = model.cand_first_late[i]
+    for c in model.cand_consumers[i]:
+        if c in ev.anchor and ev.anchor[c] < at:
+            at = ev.anchor[c]
+    return at
+
+
+def _chain(
+    model: RematModel, ev: Evaluation, i: int, levels: int, over: Sequence[int]
+) -> Iterable[tuple[dict[int, int], int]]:
+    """The moves grown from candidate ``i``, as ({member: anchor}, estimated gain):
+    ``i`` alone, then with each further level of producers of the inputs the members
+    would keep alive.
+
+    A member's input is kept alive by its recompute when it is not recomputed and
+    its last use comes before the member's anchor; when that adds life at steps
+    over the budget (``over``: prefix counts of those steps), its producer, when a
+    candidate, joins the next level and runs right before that member (a chain).
+    Growth stops at ``levels`` levels, at ``CHAIN_MAX_OPS`` members, or when no
+    input is kept alive over the budget.  The gain is over-budget byte-steps freed:
+    the members' outputs between their last early use and their recompute, less
+    the kept inputs' extra life until the latest recompute reading them; it is
+    updated member by member, so a chain costs what its members read.
+    """
+    at = _anchor_of(model, ev, i)
+    if at >= NEVER:
+        return
+    step, size = ev.orig_step, model.size
+    anchors: dict[int, int] = {}
+    extended: dict[int, int] = {}  # kept input -> the latest recompute step reading it
+    gain = 0
+
+    def kept_cost(j: int) -> int:
+        return size[j] * _over_between(over, step[model.last[j]], extended[j])
+
+    def add(member: int, at: int) -> None:
+        nonlocal gain
+        anchors[member] = at
+        for j in model.cand_outputs[member]:
+            gain += size[j] * _over_between(over, step[model.early_last[j]], step[at])
+            if j in extended:
+                gain += kept_cost(j)
+                del extended[j]
+        for j in model.cand_inputs[member]:
+            p = model.producer[j]
+            if p in anchors or p in ev.anchor or extended.get(j, -1) >= step[at]:
+                continue
+            if j in extended:
+                gain += kept_cost(j)
+            extended[j] = step[at]
+            gain -= kept_cost(j)
+
+    add(i, at)
+    frontier = [i]
+    for _ in range(levels - 1):
+        yield dict(anchors), gain
+        grown: dict[int, int] = {}
+        for member in frontier:
+            at = anchors[member]
+            for j in model.cand_inputs[member]:
+                p = model.producer[j]
+                if p < 0 or p in ev.anchor or p in anchors or _over_between(over, step[model.last[j]], step[at]) == 0:
+                    continue
+                grown[p] = min(grown.get(p, NEVER), at, _anchor_of(model, ev, p))
+        if not grown or len(anchors) + len(grown) > CHAIN_MAX_OPS:
+            return
+        for p, at in grown.items():
+            add(p, at)
+        frontier = list(grown)
+    yield anchors, gain
+
+
+def _over_between(over: Sequence[int], a: int, b: int) -> int:
+    """Steps over the budget strictly between steps ``a`` and ``b`` (``over``: their prefix counts)."""
+    return over[b] - over[a + 1] if b > a + 1 else 0
 
 
 def _prune(model: RematModel, ev: Evaluation, dyn_budget: int) -> Evaluation:
@@ -1187,8 +1271,14 @@ def min_feasible_budget(
 def _min_peak(
     model: RematModel, backend: str | None, deadline: float, lower: int, best: Evaluation | None = None
 ) -> tuple[Evaluation, bool]:
-    """The least-peak choice found and whether it is proved least."""
-    found = _least_peak(model, best)
+    """The least-peak choice found and whether it is proved least.
+
+    The greedy lowers the peak from ``best`` (or nothing) one byte at a time, and
+    also from its run aimed straight at ``lower``: pushed one byte at a time it can
+    take recomputes that lower the excess but leave the peak where it is, and stall.
+    """
+    aimed = _greedy(model, lower - model.static_bytes, prune=False)
+    found = min(_least_peak(model, best), _least_peak(model, aimed), key=lambda ev: (ev.load, ev.cost))
     if best is not None and best.load < found.load:
         found = best
     if backend is not None and found.peak > lower:
