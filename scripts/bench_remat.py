@@ -110,10 +110,14 @@ def sqrt_fit() -> tuple[list[list[object]], float, str]:
 
 
 def executor_cases(quick: bool) -> list[tuple[str, tuple[str, ...]]]:
-    """(config, overrides) of the models executed with remat: the zoo GPT, and GPT-2 small in a full run."""
+    """(config, overrides) of the models executed with remat: the zoo GPT, and GPT-2 small in a full run.
+
+    GPT-2 small runs at its config's 4x512: at 1x256 its dropout masks and logits gradient,
+    which no recompute removes, cap the saving at about 1.5x of the activation memory.
+    """
     cases: list[tuple[str, tuple[str, ...]]] = [("zoo_gpt", ("workload.batch=32",))]
     if not quick:
-        cases.append(("gpt2_small", ("workload.batch=1", "workload.seq=256")))
+        cases.append(("gpt2_small", ()))
     return cases
 
 
