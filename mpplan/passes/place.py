@@ -140,7 +140,8 @@ def forward_ops(graph: Graph, order: Sequence[int]) -> list[int]:
             or op.recompute_of is not None
             or any(graph.tensors[s].kind in state_kinds or s in made_after_forward for s in storages)
         ):  # new storages only: a view of a weight or an in-place update makes none
-            made_after_forward.update(t for t in topo.op_outputs[k] if topo.storage_of[t] == t and t not in topo.op_inputs[k])
+            outputs = topo.op_outputs[k]
+            made_after_forward.update(t for t in outputs if topo.storage_of[t] == t and t not in topo.op_inputs[k])
             continue
         updates_state = any(topo.producer[topo.storage_of[topo.tensor_index[t]]] < 0 for t in op.in_place)
         if not updates_state and any(not topo.is_static[s] for s in storages):

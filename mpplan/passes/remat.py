@@ -1064,8 +1064,9 @@ def _heuristic(model: RematModel, dyn_budget: int, deadline: float = math.inf) -
     bytes (whatever their cost): the ratio-greedy alone takes cheap recomputes first
     and can then need a dear one where one mid-priced recompute plus a few cheap
     ones would fit.  If no start fits, the peak is lowered step by step
-    (``_least_peak``), from the lowest start and from nothing, until it does.  Past ``deadline`` only the first start runs to
-    the end; the others and the local search are skipped.
+    (``_least_peak``), from the lowest start and from nothing, until it does.
+    Past ``deadline`` only the first start runs to the end; the others and the
+    local search are skipped.
     """
     empty = evaluate(model, ())
     excess = _excess(empty.profile, dyn_budget)
