@@ -336,3 +336,26 @@ def _check_order(graph: Graph, preds: tuple[tuple[int, ...], ...]) -> None:
                 f"op {graph.ops[k].name!r}: listed before op {graph.ops[late[0]].name!r} it depends on; "
                 "list ops in a valid execution order"
             )
+
+
+def with_dynamic_grads(graph: Graph) -> Graph:
+    """``graph`` with its parameters' gradients dynamic, as eager PyTorch holds ``.grad``.
+
+    A parameter's gradient is static because of its ``grad_of`` link (module
+    docstring): resident for the whole step, memonger's choice.  Eager PyTorch
+    (``zero_grad(set_to_none=True)``) allocates it when backward makes it and keeps
+    it to the end of the step.  This graph drops the link and makes each such
+    gradient a graph output, so the planner, the verifier and the executor see
+    exactly that lifetime; before backward its memory is free for activations.
+    """
+    params = {t.name for t in graph.tensors if t.kind is Kind.PARAM}
+    grads = [t.name for t in graph.tensors if t.kind is Kind.GRAD and t.grad_of in params]
+    if not grads:
+        return graph
+    dynamic = set(grads)
+    tensors = tuple(
+        Tensor(t.name, t.nbytes, t.kind, t.shape, t.dtype, t.alias_of) if t.name in dynamic else t
+        for t in graph.tensors
+    )
+    outputs = (*graph.outputs, *(g for g in grads if g not in graph.outputs))
+    return Graph(graph.name, tensors, graph.ops, outputs).validate()

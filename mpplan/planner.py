@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from mpplan import sim
 from mpplan.config import Device, PlannerSection
 from mpplan.errors import ConfigError
-from mpplan.graph import Graph, Kind
+from mpplan.graph import Graph, Kind, with_dynamic_grads
 from mpplan.passes import place
 from mpplan.passes.assign import assign_offsets, share_objects
 from mpplan.passes.concurrency import dag_may_share
@@ -38,6 +38,7 @@ class PlannerSettings:
     assign: str = "auto"
     alignment: int = 64
     parallel_safe: bool = False
+    grads: str = "static"
     placement: str = "auto"
     device_map: Mapping[str, str] = field(default_factory=dict)
     no_split: tuple[str, ...] = ()
@@ -57,6 +58,7 @@ class PlannerSettings:
             assign=section.assign,
             alignment=section.alignment,
             parallel_safe=section.parallel_safe,
+            grads=section.grads,
             placement=section.placement,
             device_map=dict(section.device_map),
             no_split=tuple(section.no_split),
@@ -76,6 +78,7 @@ class PlannerSettings:
             "assign": self.assign,
             "alignment": self.alignment,
             "parallel_safe": self.parallel_safe,
+            "grads": self.grads,
             "placement": self.placement,
             "device_map": dict(self.device_map),
             "no_split": list(self.no_split),
@@ -96,6 +99,7 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         raise ValueError("plan needs at least one device")
     seconds: dict[str, float] = {}
     original = graph
+    graph = memory_model(graph, settings.grads)
     rematted = None
     stages = 3 + len(devices) + (settings.remat != "none")
     with progress(f"planning {graph.name}", stages, unit="stage", enabled=len(graph.ops) >= PROGRESS_MIN_OPS) as bar:
@@ -194,8 +198,19 @@ def _remat_chosen(result: RematResult | None) -> dict[str, Any]:
     }
 
 
+def memory_model(graph: Graph, grads: str) -> Graph:
+    """``graph`` as the planner sees it under ``planner.grads``: as is (``static``), or
+    ``with_dynamic_grads`` (``dynamic``)."""
+    if grads == "static":
+        return graph
+    if grads == "dynamic":
+        return with_dynamic_grads(graph)
+    raise ConfigError(f"planner.grads: expected static or dynamic, got {grads!r}")
+
+
 def rematerialised(graph: Graph, plan_: Plan) -> Graph:
-    """The graph a plan's schedule runs: ``graph`` with the plan's recomputes applied."""
+    """The graph a plan's schedule runs: ``graph`` under the plan's memory model, with its recomputes applied."""
+    graph = memory_model(graph, str(plan_.settings.get("grads", "static")))
     if not plan_.remat:
         return graph
     return apply_recompute(graph, dict.fromkeys(r["op"] for r in plan_.remat))

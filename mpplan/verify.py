@@ -59,12 +59,16 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True) -> VerifyRe
     device_of_op = _check_placement(graph, plan, copies)
     touches = _replay(graph, plan, root, copies, device_of_op)
     home = _homes(touches)
-    static = {s for s in touches if _is_static(tensors, tensors[s])}
+    grads_dynamic = plan.settings.get("grads", "static") == "dynamic"
+    static = {s for s in touches if _is_static(tensors, tensors[s], grads_dynamic)}
     dynamic = {s for s in touches if s not in static}
     first = {s: t[0].step for s, t in touches.items()}
     last = {s: t[-1].step for s, t in touches.items()}
     end = len(plan.schedule) - 1
-    for name in set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}:
+    held_to_end = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
+    if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
+        held_to_end |= {t.name for t in graph.tensors if _is_param_grad(tensors, t)}
+    for name in held_to_end:
         if root[name] in last:
             last[root[name]] = end
     alignment = int(plan.settings.get("alignment", 1) or 1)
@@ -103,9 +107,13 @@ def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     return roots
 
 
-def _is_static(tensors: dict[str, Tensor], tensor: Tensor) -> bool:
+def _is_static(tensors: dict[str, Tensor], tensor: Tensor, grads_dynamic: bool) -> bool:
     if tensor.kind in _ALWAYS_STATIC:
         return True
+    return not grads_dynamic and _is_param_grad(tensors, tensor)
+
+
+def _is_param_grad(tensors: dict[str, Tensor], tensor: Tensor) -> bool:
     return tensor.kind is Kind.GRAD and tensor.grad_of is not None and tensors[tensor.grad_of].kind is Kind.PARAM
 
 

@@ -382,3 +382,37 @@ def test_a_recompute_run_while_its_original_lives_keeps_both_apart(cases) -> Non
     assert m.numerics is not None and m.numerics.ok and m.numerics.bitwise, m.numerics
     # Both copies were alive together, so the run needed more than the plan's own order.
     assert m.devices[0].measured_peak_bytes >= planned.devices[0].lower_bound_bytes
+
+
+@pytest.mark.parametrize("ndev", [1, 3])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_dynamic_grads_plan_is_never_worse_than_eager(cases, name: str, ndev: int) -> None:
+    """``planner.grads: dynamic`` holds each parameter's gradient the way eager PyTorch holds
+    ``.grad`` (from backward to the end of the step): the planned peak, measured exactly, is then
+    no worse than eager's own, where static gradients cost every model its gradient bytes."""
+    case = cases[(name, "train")]
+    graph = case.program.graph
+    settings = PlannerSettings(placement="pipeline" if ndev > 1 else "single", grads="dynamic", alignment=8)
+    planned = plan(graph, _devices(ndev), settings)
+    verify(graph, planned)
+    static = plan(graph, _devices(ndev), dataclasses.replace(settings, grads="static"))
+    grad_bytes = sum(t.nbytes for t in graph.tensors if t.grad_of is not None)
+    assert sum(d.static_bytes for d in planned.devices) == sum(d.static_bytes for d in static.devices) - grad_bytes
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=1, devices="virtual")
+    for d in m.devices:
+        assert d.measured_peak_bytes == d.predicted_peak_bytes == planned.device(d.name).peak_bytes
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+    if ndev == 1:
+        (eager,) = m.eager.devices
+        assert planned.max_peak_bytes <= eager.measured_peak_bytes < static.max_peak_bytes
+
+
+def test_verifier_holds_a_plan_to_its_own_gradient_model(cases) -> None:
+    """A dynamic-gradient plan relabelled static is wrong: its gradients then have buffers
+    (static tensors must not) and its static bytes are short."""
+    graph = cases[("gpt", "train")].program.graph
+    planned = plan(graph, _devices(1), PlannerSettings(grads="dynamic", alignment=1))
+    verify(graph, planned)
+    relabelled = dataclasses.replace(planned, settings={**planned.settings, "grads": "static"})
+    with pytest.raises(VerificationError):
+        verify(graph, relabelled)
