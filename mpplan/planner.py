@@ -281,10 +281,9 @@ def auto_shift(
     max_rounds: int = 32,
 ) -> tuple[str, ...]:
     """Greedily move the activation whose shift lowers the worst device ratio most, while it helps."""
-    names = list(capacity)
     chosen: list[str] = []
     current = base
-    best = place.worst_ratio(place.device_loads(graph, order, current, names), capacity)
+    best = _score(graph, order, current, capacity)[0]
     activations = [t for t in graph.tensors if t.kind is Kind.ACTIVATION and t.alias_of is None]
     activations.sort(key=lambda t: (-t.nbytes, t.name))
     for _ in range(max_rounds):
@@ -297,7 +296,7 @@ def auto_shift(
                 break
             tried += 1
             trial = place.shift(graph, order, base, [*chosen, tensor.name], src, dst)
-            ratio = place.worst_ratio(place.device_loads(graph, order, trial, names), capacity)
+            ratio = _score(graph, order, trial, capacity)[0]
             if ratio < trial_best:
                 trial_best, trial_choice = ratio, (tensor.name, trial)
         if trial_choice is None:

@@ -399,8 +399,8 @@ def place_pipeline(
     if optimizer:  # the optimizer's arithmetic (and so its state) on the last stage, ZeRO-like
         groupings += [{**grouping, **dict.fromkeys(optimizer, len(units) - 1)} for grouping in list(groupings)]
     stagings = [_Staging.by_dp(graph, order, grouping, len(units), capacities) for grouping in groupings]
-    best = min(stagings, key=lambda staging: staging.score(staging.starts))
-    return best.refined(refine_steps)
+    score, best = min(((staging.score(staging.starts), i) for i, staging in enumerate(stagings)))
+    return stagings[best].refined(refine_steps, score)
 
 
 def optimizer_ops(graph: Graph, order: Sequence[int]) -> list[int]:
@@ -499,10 +499,10 @@ class _Staging:
         load = device_loads(self.graph, self.order, self.placement(starts), list(self.capacities))
         return worst_ratio(load, self.capacities), load.placed.cross_device_bytes
 
-    def refined(self, max_steps: int) -> tuple[str, ...]:
-        """Move one boundary by one unit at a time while the exact score improves."""
+    def refined(self, max_steps: int, score: tuple[float, int]) -> tuple[str, ...]:
+        """Move one boundary by one unit at a time while the exact score (``score``: of ``starts``) improves."""
         starts = list(self.starts)
-        best = self.score(starts)
+        best = score
         for _ in range(max_steps):
             improved = False
             for b in range(len(starts)):
