@@ -86,8 +86,6 @@ def _follow_state(graph: Graph, order: Sequence[int], label: dict[int, str], sta
     while changed and pending:
         changed = False
         for k in pending:
-            if k in label:
-                continue
             found = None
             for s in topo.op_storages[k]:
                 p = topo.producer[s]
@@ -139,8 +137,8 @@ def forward_ops(graph: Graph, order: Sequence[int]) -> list[int]:
             op.backward_of is not None
             or op.recompute_of is not None
             or any(graph.tensors[s].kind in state_kinds or s in made_after_forward for s in storages)
-        ):  # new storages only: a view of a weight or an in-place update makes none
-            outputs = topo.op_outputs[k]
+        ):
+            outputs = topo.op_outputs[k]  # new storages only: a view of a weight or an in-place update makes none
             made_after_forward.update(t for t in outputs if topo.storage_of[t] == t and t not in topo.op_inputs[k])
             continue
         updates_state = any(topo.producer[topo.storage_of[topo.tensor_index[t]]] < 0 for t in op.in_place)
@@ -434,9 +432,8 @@ def pull_tied_readers(graph: Graph, order: Sequence[int], unit_of_anchor: Mappin
     moved = dict(unit_of_anchor)
     first_unit: dict[int, int] = {}
     for k in order:
-        dynamic = [s for s in topo.op_storages[k] if not topo.is_static[s]]
-        if k not in unit_of_anchor or not dynamic:
-            continue  # a view of a weight reads nothing: it runs wherever its reader does
+        if k not in unit_of_anchor:
+            continue  # anchors are forward ops: views of weights are not among them
         u = unit_of_anchor[k]
         params = [s for s in topo.op_storages[k] if graph.tensors[s].kind is Kind.PARAM]
         for s in params:
