@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import torch
 from benchlib import SHARED_DATA, human, log, rerun, section_main, stamp, table, timer
 
+from mpplan import sim
 from mpplan.capture.torch_capture import capture
 from mpplan.config import Device
 from mpplan.graph import Graph
@@ -189,9 +190,8 @@ def checkmate_graphs() -> Iterator[tuple[str, Graph]]:
 
 def spread_row(label: str, graph: Graph, share: float, count: int) -> list[object]:
     """mpplan auto on ``count`` devices each holding ``share`` of the single-device peak."""
-    topo = graph.topology
     single = plan(graph, [Device("cuda:0", 1 << 62)]).max_peak_bytes
-    largest_op = max(sum(topo.nbytes[s] for s in topo.op_storages[k]) for k in range(len(graph.ops)))
+    largest_op = sim.max_op_working_set(graph)
     capacity = int(single * share)
     devices = [Device(f"cuda:{i}", capacity) for i in range(count)]
     with timer() as t:
@@ -221,7 +221,8 @@ def section(quick: bool) -> str:
             (
                 "Models built on the meta device from their transformers configs, captured in "
                 f"inference mode.  Each device holds the weights' share times {HEADROOM} (weights / n x "
-                f"{HEADROOM}), so the model needs all of them, except the 7B row on 8 x 24 GiB.  `accelerate`: `get_balanced_memory` then "
+                f"{HEADROOM}), so the model needs all of them, except the 7B row on 8 x 24 GiB.  "
+                "`accelerate`: `get_balanced_memory` then "
                 "`infer_auto_device_map` (the model's no-split classes), planned by mpplan as "
                 "`placement: manual` with that `device_map`; `mpplan auto`: mpplan's own placement (the "
                 "best of single, pipeline and shift; the one chosen in brackets).  Both are predicted by "
@@ -241,8 +242,8 @@ def section(quick: bool) -> str:
                 "mpplan `placement: auto` (the best of single, pipeline and shift that fits) of captured "
                 "training steps and of the Checkmate training graphs (node-link files of `../shared/data`).  "
                 f"Each device holds {SHARE} x the single-device peak, so no one device can run the step; "
-                "the same devices, two or four of them.  `largest op`: the largest working set of one op "
-                "(inputs and outputs), which every placement that does not split ops must hold on one "
+                "the same devices, two or four of them.  `largest op`: the most dynamic bytes one op touches "
+                "(its inputs and outputs), which every placement that does not split ops must hold on one "
                 "device: where it exceeds the capacity, no placement fits (VGG's first convolutions).  "
                 "max/mean: the largest device peak over the mean; s: seconds to place and plan."
             ),
