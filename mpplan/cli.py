@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -238,14 +238,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         for d in data["devices"]
     ]
     print(format_table(("device", "predicted peak", "measured peak", "error"), rows))
+    for d in data["devices"]:
+        if d.get("allocator_peak_bytes") is not None:
+            print(_allocator_line(d, format_size))
     eager = data.get("eager") or {}
     for d in eager.get("devices", []):
         print(f"eager PyTorch on {d['name']}: measured peak {format_size(d['measured_peak_bytes'])}")
+        if d.get("allocator_peak_bytes") is not None:
+            print(_allocator_line(d, format_size))
     print(f"step time {data['step_time_s']:.4f} s (eager {eager.get('step_time_s', float('nan')):.4f} s)")
     numerics = data.get("numerics") or {}
     print(f"numerics: {'ok' if numerics.get('ok') else 'MISMATCH at ' + str(numerics.get('first_bad_op'))}"
           f" (max abs diff {numerics.get('max_abs_diff')})")
-    graph = _graph_from(args.config, args.set)
+    graph = result.graph  # traced for the device it ran on: a CPU capture has other ops on a GPU
     baselines = {"planned peak (max over devices)": result.plan.max_peak_bytes}
     eager_peaks = [d["measured_peak_bytes"] for d in eager.get("devices", [])]
     if eager_peaks:
@@ -253,6 +258,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = _write_plan_report(graph, result.plan, out, baselines, measurement=data)
     print(f"plan, measurement and report written to {out} ({report.name})")
     return 0 if numerics.get("ok", True) else 1
+
+
+def _allocator_line(d: dict[str, Any], format_size: Callable[[int], str]) -> str:
+    """How a GPU's measured peak came about: which number it is, the raw allocator peaks, the base."""
+    shared = d.get("shared_with") or ()
+    how = (f"tracked live bytes, the GPU is shared with {', '.join(shared)}" if shared
+           else "max_memory_allocated - base")
+    line = (f"  {d['name']} on {d.get('torch_device', d['name'])}: measured = {how}; raw allocator peak "
+            f"{format_size(d['allocator_peak_bytes'])}, base {format_size(d.get('allocator_base_bytes') or 0)}, "
+            f"requested above base {format_size(d.get('requested_peak_bytes') or 0)}, raw reserved peak "
+            f"{format_size(d.get('reserved_peak_bytes') or 0)}")
+    if d.get("transient_peak_bytes"):
+        line += f", computed outside the arena {format_size(d['transient_peak_bytes'])}"
+    return line
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import cuda_available, evaluate, evaluate_program, map_devices, run_config
 from mpplan.runtime.arena import out_variant
 from mpplan.runtime.executor import Executor
+from mpplan.runtime.measure import error_pct
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for, meta_twin
 from mpplan.runtime.tracking import StorageMeter
@@ -214,7 +215,7 @@ def test_run_config_end_to_end(tmp_path) -> None:
     assert result.measurement.exact and result.measurement.numerics.ok
     data = result.measurement.to_dict()
     assert [d["name"] for d in data["devices"]] == ["cuda:0", "cuda:1"]
-    assert data["graph_hash"] == result.plan.graph_hash
+    assert data["graph_hash"] == result.plan.graph_hash == result.graph.content_hash
 
 
 def test_config_without_torch_model_cannot_run(tmp_path) -> None:
@@ -250,6 +251,17 @@ def test_out_variants_match_their_functional_ops() -> None:
     out = torch.empty(3, 5)
     variant = out_variant(aten.mm.default)
     assert variant.call((a, b), {}, (out,)) is out and torch.equal(out, aten.mm.default(a, b))
+    assert not variant.generated
+    # Codegen's out= overloads compute into a hidden temporary: the executor computes and copies in itself.
+    assert out_variant(aten.native_layer_norm.default).generated
+    # A Scalar overload writes through the Tensor overload's real out=, the scalar wrapped as ATen does.
+    scaled = out_variant(aten.add.Scalar)
+    assert scaled.overload is aten.add.out and not scaled.generated
+    x = torch.randn(7)
+    assert torch.equal(scaled.call((x, 2.5, 3), {}, (torch.empty(7),)), aten.add.Scalar(x, 2.5, 3))
+    ints = torch.arange(7)
+    halves = out_variant(aten.div.Scalar).call((ints, 2.0), {}, (torch.empty(7),))
+    assert torch.equal(halves, aten.div.Scalar(ints, 2.0))
 
 
 def test_meter_counts_each_storage_once_until_it_dies() -> None:
@@ -267,6 +279,24 @@ def test_meter_counts_each_storage_once_until_it_dies() -> None:
     assert meter.peaks.get("d", 0) == 0
 
 
+def test_copies_between_different_torch_devices(cases) -> None:
+    """A copy reads its source where it lives, whatever the op it feeds runs on: the cross-device
+    path of two GPUs, exercised here with CPU and meta as the two torch devices (infer mode: data
+    only flows from the CPU to meta)."""
+    from types import MappingProxyType
+
+    from mpplan.runtime.devices import DeviceMap
+
+    case = cases[("mlp", "infer")]
+    planned = _plan(case, 2)
+    two_kinds = DeviceMap(MappingProxyType({"cuda:0": "cpu", "cuda:1": "meta"}))
+    schedule = compile_schedule(case.program, planned)
+    for arena in (True, False):
+        values = Executor(schedule, case.model, case.inputs, two_kinds, arena=arena).run_step()
+        assert values.copied_bytes == planned.cross_device_bytes > 0
+        assert [o.device.type for o in values.outputs] == ["meta"]
+
+
 def test_meta_twin_traces_the_same_graph(cases) -> None:
     case = cases[("mlp", "train")]
     twin = meta_twin(case.model)
@@ -277,17 +307,33 @@ def test_meta_twin_traces_the_same_graph(cases) -> None:
 
 
 # ---- CUDA (run on a GPU machine; skipped here) --------------------------------------------------
+#
+# What a GPU measures: per planned device with a GPU to itself, max_memory_allocated over the timed
+# steps less what the GPU held before the run (cuBLAS workspaces are created first, on purpose).
+# Tracked live bytes stay exact (up to scalars a kernel leaves in host memory); the allocator adds
+# 512-byte rounding, results computed outside the arena (transient) and kernels' own scratch.
+
+#: The zoo GPT of configs/zoo_gpt.yaml (about 52 MiB planned): big enough that allocator rounding and
+#: kernel scratch are small next to the plan, which the 5 % target needs.
+GPT_BIG = ({"vocab_size": 1024, "max_seq_len": 128, "d_model": 128, "n_heads": 4, "n_layers": 4},
+           {"batch": 8, "seq_len": 128, "vocab_size": 1024})
 
 
-def _cuda_case(ndev: int) -> tuple[Case, Plan]:
-    """The tiny GPT traced for CUDA kernels (attention lowers differently than on CPU) and planned."""
-    model_kwargs, input_kwargs, optimizer = MODELS["gpt"]
+def _cuda_case(ndev: int, size: tuple[dict[str, Any], dict[str, Any]] | None = None) -> tuple[Case, Plan]:
+    """The zoo GPT (tiny unless ``size``) traced for CUDA kernels (attention lowers differently than on CPU) and planned."""
+    model_kwargs, input_kwargs = size or MODELS["gpt"][:2]
     torch.manual_seed(0)
     model = zoo.build("gpt", **model_kwargs)
     inputs = zoo.example_inputs("gpt", **input_kwargs)
-    program = capture_for(model, inputs, torch.device("cuda:0"), mode="train", optimizer=optimizer, loss_fn=None)
+    program = capture_for(model, inputs, torch.device("cuda:0"), mode="train", optimizer="adam", loss_fn=None)
     case = Case(model, inputs, program)
     return case, _plan(case, ndev)
+
+
+def _allocator_report(m: Any) -> str:
+    """Every device's numbers, for assertion messages (the GPU session records them)."""
+    return json.dumps({"devices": [dataclasses.asdict(d) for d in m.devices],
+                       "eager": None if m.eager is None else m.eager.to_dict()}, default=str)
 
 
 @cuda
@@ -300,11 +346,15 @@ def test_cuda_single_gpu(arena: bool) -> None:
     (d,) = m.devices
     assert d.torch_device == "cuda:0" and d.source == "allocator"
     assert d.allocator_peak_bytes is not None and d.reserved_peak_bytes is not None
+    assert d.allocator_base_bytes is not None
+    assert d.measured_peak_bytes == d.allocator_peak_bytes - d.allocator_base_bytes
+    assert d.reserved_peak_bytes >= d.allocator_peak_bytes
     # Live storages: exact up to scalars a GPU kernel keeps in host memory (attention's RNG seed and offset).
-    assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64
-    assert d.measured_peak_bytes >= d.tracked_peak_bytes  # the allocator adds rounding and workspaces
+    assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+    assert d.measured_peak_bytes >= d.tracked_peak_bytes, _allocator_report(m)  # rounding, transients, scratch
     assert m.numerics is not None and m.numerics.ok, m.numerics
     assert m.eager is not None and m.eager.devices[0].source == "allocator"
+    assert m.step_time_s > 0 and m.eager.step_time_s > 0
 
 
 @cuda
@@ -322,10 +372,17 @@ def test_cuda_two_planned_devices_on_one_gpu() -> None:
     case, planned = _cuda_case(2)
     m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1,
                          devices={"cuda:0": "cuda:0", "cuda:1": "cuda:0"})
+    assert m.device_map == {"cuda:0": "cuda:0", "cuda:1": "cuda:0"}
     for d in m.devices:
-        assert d.source == "tracked (shared GPU)"
-        assert abs(d.measured_peak_bytes - d.predicted_peak_bytes) <= 64
+        # The allocator cannot tell the two apart: each is measured by its tracked live bytes, and says so.
+        assert d.source == "tracked (shared GPU)" and d.measured_peak_bytes == d.tracked_peak_bytes
+        assert d.shared_with == tuple(n for n in ("cuda:0", "cuda:1") if n != d.name)
+        assert abs(d.measured_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
         assert d.allocator_peak_bytes is not None
+    # The GPU's own number is both devices' together: in arena mode both arenas and all static
+    # tensors are resident the whole time, so it can only be more than the two predictions summed.
+    first = m.devices[0]
+    assert first.allocator_peak_bytes - first.allocator_base_bytes >= sum(d.predicted_peak_bytes for d in m.devices)
     assert m.numerics is not None and m.numerics.ok, m.numerics
 
 
@@ -337,8 +394,88 @@ def test_cuda_multi_gpu(arena: bool) -> None:
     m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, arena=arena, devices="cuda")
     assert [d.torch_device for d in m.devices] == ["cuda:0", "cuda:1"]
     for d in m.devices:
-        assert d.source == "allocator" and abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64
+        assert d.source == "allocator" and abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+        assert d.measured_peak_bytes >= d.tracked_peak_bytes, _allocator_report(m)
+    assert m.copied_bytes == planned.cross_device_bytes
     assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+@cuda
+@pytest.mark.slow
+@needs_cuda
+@pytest.mark.parametrize("ndev", [1, 2], ids=["one-gpu", "two-gpus"])
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+def test_cuda_measured_within_five_percent_of_predicted(arena: bool, ndev: int) -> None:
+    """The issue's GPU target, per device: measured max_memory_allocated (less the base) within 5 %
+    of the prediction with the arena.  Without it the allocator hands out whole cached blocks (up
+    to 1 MiB over the request), so the target is held by the requested bytes there."""
+    if torch.cuda.device_count() < ndev:
+        pytest.skip(f"needs {ndev} CUDA devices")
+    case, planned = _cuda_case(ndev, GPT_BIG)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=3, warmup=1, arena=arena,
+                         devices="cuda")
+    report = _allocator_report(m)
+    for d in m.devices:
+        assert d.source == "allocator", report
+        assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 1024, report
+        if arena:
+            assert abs(d.error_pct) <= 5.0, report
+        elif d.requested_peak_bytes is not None:
+            assert abs(error_pct(d.predicted_peak_bytes, d.requested_peak_bytes)) <= 5.0, report
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+@cuda
+@needs_cuda
+def test_cuda_eager_baseline_counts_the_model_like_the_plan() -> None:
+    """Eager runs on the same GPU, measured from the same base: its parameters, gradients, Adam state
+    and inputs are in its peak, as the plan's static bytes are in the plan's."""
+    case, planned = _cuda_case(1)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, devices=["cuda:0"])
+    assert m.eager is not None
+    (eager,) = m.eager.devices
+    assert eager.name == "cuda:0" and eager.source == "allocator"
+    assert eager.allocator_base_bytes is not None
+    assert eager.measured_peak_bytes == eager.allocator_peak_bytes - eager.allocator_base_bytes
+    param_bytes = sum(p.numel() * p.element_size() for p in case.model.parameters())
+    input_bytes = sum(x.numel() * x.element_size() for x in case.inputs)
+    # Parameters, their gradients and two Adam moments are all alive at the end of backward.
+    assert eager.measured_peak_bytes >= 4 * param_bytes + input_bytes, _allocator_report(m)
+    assert eager.tracked_peak_bytes >= 4 * param_bytes + input_bytes
+
+
+@cuda
+@needs_cuda
+def test_cuda_overlapping_buffers_are_caught_by_numerics() -> None:
+    """A wrong offset on a GPU is found like on CPU, although GPU kernels are compared with a tolerance."""
+    case, planned = _cuda_case(1)
+    bad, victim, _culprit = _clobbered(case, planned)
+    m = evaluate_program(case.program, bad, case.model, case.inputs, steps=1, warmup=0, devices=["cuda:0"])
+    assert m.numerics is not None and not m.numerics.ok
+    assert m.numerics.first_bad_op in planned.schedule
+    assert victim in m.numerics.detail and "overwritten" in m.numerics.detail
+
+
+@cuda
+@needs_cuda
+def test_cuda_run_config_reports_the_gpu_traced_graph(tmp_path) -> None:
+    """``mpplan run`` on a GPU: the report uses the graph the plan was made for (traced for the GPU)."""
+    from mpplan.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps({
+        "model": {"torch": {"factory": "mpplan.zoo.transformer:gpt",
+                            "kwargs": {"vocab_size": 64, "max_seq_len": 16, "d_model": 32, "n_heads": 2, "n_layers": 1},
+                            "inputs": [{"shape": ["batch", "seq"], "dtype": "int64", "high": 64}],
+                            "mode": "train", "optimizer": "adam"}},
+        "workload": {"batch": 2, "seq": 16},
+        "devices": [{"name": "cuda:0", "capacity": "1GiB"}],
+    }))
+    assert main(["-q", "run", str(config), "--out", str(tmp_path / "out"), "--steps", "1", "--warmup", "1"]) == 0
+    data = json.loads((tmp_path / "out" / "measurement.json").read_text())
+    assert data["device_map"] == {"cuda:0": "cuda:0"}
+    assert data["devices"][0]["source"] == "allocator"
+    assert (tmp_path / "out" / "timeline.json").is_file()
 
 
 @pytest.mark.parametrize("ndev", [1, 2])

@@ -194,10 +194,18 @@ class _MixedDeviceMode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self.stack:
-            found = {t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.dim() > 0}
+            found = {t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and _pinned(t)}
             if len(found) > 1:
                 args, kwargs = _to_device((args, kwargs), self.stack[-1])
         return func(*args, **kwargs)
+
+
+def _pinned(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s device matters to a call: all but CPU scalars, which mix with any device.
+
+    A 0-dim tensor on a GPU does not mix with another GPU's tensors.
+    """
+    return tensor.dim() > 0 or tensor.device.type != "cpu"
 
 
 def _to_device(values: Any, device: torch.device) -> Any:

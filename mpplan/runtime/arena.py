@@ -4,9 +4,11 @@ In arena mode every dynamic storage of the plan is backed by a view of its devic
 arena at ``plan.buffers[name].offset``, reinterpreted with the tensor's dtype, shape
 and strides (those the traced fake value had, so later view ops see the layout the
 graph was captured with).  An op writes its fresh outputs straight into those views
-through its ``out=`` overload when ATen has one (``out_variant``); otherwise the
-executor computes the result and copies it in, and counts the copy's source as
-transient memory.
+through its ``out=`` overload when ATen has a real one (``out_variant``); otherwise
+the executor computes the result and copies it in, and counts the copy's source as
+transient memory.  An overload codegen generated (``OutVariant.generated``) is not a
+real one: it computes into a temporary the meter cannot see and copies that in,
+so the executor does the same itself, in the open.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ __all__ = ["Layout", "OutVariant", "arena_view", "layout_of", "out_variant", "re
 
 #: Keyword arguments of factory functions that an ``out=`` overload takes from ``out`` instead.
 _TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
+
+#: Ops whose ``.Scalar`` overload ATen implements as the ``.Tensor`` one with the scalar
+#: wrapped (``div(self, wrapped_scalar_tensor(other))``).  Their ``Scalar_out`` is generated
+#: (a hidden temporary); ``.out`` given the Python number, which ``torch.ops`` wraps the
+#: same way, computes the same bits straight into the arena.
+_SCALAR_AS_TENSOR = frozenset({"add", "sub", "mul", "div"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +89,30 @@ class OutVariant:
 
     overload: Any
     out_names: tuple[str, ...]
+    arg_names: tuple[str, ...] = ()
 
     def call(self, args: Sequence[Any], kwargs: dict[str, Any], outs: Sequence[torch.Tensor]) -> Any:
-        kept = {k: v for k, v in kwargs.items() if k not in _TENSOR_OPTIONS or k in self._accepted}
+        """Call the overload with the functional's ``args``/``kwargs``, writing into ``outs``.
+
+        ``arg_names`` (the functional's argument names, in order) pass on by name the
+        positional arguments the overload takes keyword-only (``add.Scalar``'s
+        ``alpha`` is positional, ``add.out``'s is not).
+        """
+        positional = sum(1 for a in self.overload._schema.arguments if not a.kwarg_only)
+        kept = dict(zip(self.arg_names[positional:], args[positional:]))
+        kept.update((k, v) for k, v in kwargs.items() if k not in _TENSOR_OPTIONS or k in self._accepted)
         kept.update(zip(self.out_names, outs))
-        return self.overload(*args, **kept)
+        return self.overload(*args[:positional], **kept)
 
     @property
     def _accepted(self) -> frozenset[str]:
         return frozenset(a.name for a in self.overload._schema.arguments)
+
+    @property
+    def generated(self) -> bool:
+        """Whether codegen made the overload: it runs the functional op into a temporary, then copies into ``out``."""
+        tag = getattr(torch.Tag, "generated", None)
+        return tag is not None and tag in getattr(self.overload, "tags", ())
 
 
 def out_variant(func: Any) -> OutVariant | None:
@@ -105,6 +128,9 @@ def out_variant(func: Any) -> OutVariant | None:
         return None
     if any(str(r.type) != "Tensor" or r.alias_info is not None for r in schema.returns):
         return None
+    scalar = _scalar_as_tensor(func, schema, packet)
+    if scalar is not None:
+        return scalar
     wanted = [_signature(a) for a in schema.arguments]
     wanted_core = [_signature(a) for a in schema.arguments if not (a.kwarg_only and a.name in _TENSOR_OPTIONS)]
     for name in packet.overloads():
@@ -115,8 +141,24 @@ def out_variant(func: Any) -> OutVariant | None:
             continue
         rest = [_signature(a) for a in arguments if not _is_out(a)]
         if rest == wanted or rest == wanted_core:
-            return OutVariant(candidate, tuple(a.name for a in outs))
+            return OutVariant(candidate, tuple(a.name for a in outs), tuple(a.name for a in schema.arguments))
     return None
+
+
+def _scalar_as_tensor(func: Any, schema: Any, packet: Any) -> OutVariant | None:
+    """``X.out`` for ``X.Scalar`` of the ops in ``_SCALAR_AS_TENSOR``, when the two schemas line up."""
+    if packet.__name__ not in _SCALAR_AS_TENSOR or func._overloadname != "Scalar" or "out" not in packet.overloads():
+        return None
+    candidate = packet.out
+    outs = [a for a in candidate._schema.arguments if _is_out(a)]
+    rest = [(a.name, str(a.type)) for a in candidate._schema.arguments if not _is_out(a)]
+    # A Scalar's schema type prints as "number" (older torch: "Scalar").
+    scalar_types = ("number", "Scalar")
+    wanted = [(a.name, "Tensor" if a.name == "other" and str(a.type) in scalar_types else str(a.type))
+              for a in schema.arguments]
+    if len(outs) != 1 or rest != wanted:
+        return None
+    return OutVariant(candidate, (outs[0].name,), tuple(a.name for a in schema.arguments))
 
 
 def _is_out(argument: Any) -> bool:

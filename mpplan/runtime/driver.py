@@ -15,6 +15,7 @@ from typing import Any
 from mpplan.capture import build_torch_model
 from mpplan.config import Config, resolve_devices
 from mpplan.errors import ConfigError
+from mpplan.graph import Graph
 from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, plan
 from mpplan.runtime.devices import DevicesArg, map_devices
@@ -27,10 +28,16 @@ __all__ = ["RunResult", "run_config"]
 
 @dataclass(frozen=True)
 class RunResult:
-    """The plan that ran and what running it measured."""
+    """The plan that ran, what running it measured, and the graph the plan is for.
+
+    ``graph`` was traced for the torch device the plan ran on: on a GPU it differs
+    from a CPU capture of the same config (attention lowers to other ATen ops), so
+    reports of this plan must use it, not a fresh capture.
+    """
 
     plan: Plan
     measurement: Measurement
+    graph: Graph
 
     def to_dict(self) -> dict[str, Any]:
         return {"plan": self.plan.to_dict(), "measurement": self.measurement.to_dict()}
@@ -65,4 +72,4 @@ def run_config(
         program, planned, model, inputs, steps=steps, warmup=warmup, arena=arena, devices=device_map.to_dict(),
         eager=eager, seed=seed,
     )
-    return RunResult(planned, measurement)
+    return RunResult(planned, measurement, program.graph)

@@ -61,7 +61,14 @@ def run_eager(
     warmup: int,
     seed: int = 0,
 ) -> EagerRun:
-    """Run ``warmup + steps`` eager steps of a copy of ``model`` on ``device``; peaks over the timed steps."""
+    """Run ``warmup + steps`` eager steps of a copy of ``model`` on ``device``; peaks over the timed steps.
+
+    On a GPU the base (what the GPU holds before the copy is made, library
+    workspaces created first) is taken before anything of the module exists, so its
+    parameters, inputs, gradients and optimizer state are all measured.
+    """
+    cuda = device.type == "cuda"
+    base = devices_mod.allocator_base(_one_device(device))[str(device)] if cuda else None
     meter = StorageMeter(device=str(device))
     with torch.no_grad():
         module = copy.deepcopy(model).to(device)
@@ -85,7 +92,6 @@ def run_eager(
             opt.step()
         return (loss.detach(),)
 
-    cuda = device.type == "cuda"
     snapshot: Snapshot | None = None
     times: list[float] = []
     for i in range(warmup + steps):
@@ -112,16 +118,16 @@ def run_eager(
         del outputs
     meter.sample()
     tracked = meter.peaks.get(str(device), 0)
-    allocated = reserved = None
-    if cuda:
-        allocated, reserved = devices_mod.allocator_peak(device)
+    window = devices_mod.allocator_window(device, base) if base is not None else None
     eager_device = EagerDevice(
         name=str(device),
-        measured_peak_bytes=allocated if allocated is not None else tracked,
+        measured_peak_bytes=window.measured if window is not None else tracked,
         tracked_peak_bytes=tracked,
-        allocator_peak_bytes=allocated,
-        reserved_peak_bytes=reserved,
-        source="allocator" if cuda else "tracked",
+        allocator_peak_bytes=None if window is None else window.peak_allocated,
+        reserved_peak_bytes=None if window is None else window.peak_reserved,
+        source="allocator" if window is not None else "tracked",
+        allocator_base_bytes=None if window is None else window.base.allocated,
+        requested_peak_bytes=None if window is None else window.measured_requested,
     )
     assert snapshot is not None
     return EagerRun(
@@ -149,6 +155,10 @@ def call_module(module: torch.nn.Module, inputs: Any) -> Any:
 def to_device(inputs: Any, device: torch.device) -> Any:
     """``inputs`` with every tensor leaf moved to ``device``."""
     return pytree.tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, inputs)
+
+
+def _one_device(device: torch.device) -> devices_mod.DeviceMap:
+    return devices_mod.map_devices(["eager"], [str(device)])
 
 
 def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

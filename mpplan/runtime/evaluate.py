@@ -161,6 +161,7 @@ def _run_planned(
     warmup: int,
     seed: int,
 ) -> _PlannedRun:
+    bases = devices_mod.allocator_base(device_map)
     meter = StorageMeter()
     executor = Executor(schedule, model, example_inputs, device_map, arena=arena, meter=meter)
     times: list[float] = []
@@ -175,14 +176,14 @@ def _run_planned(
         devices_mod.synchronize(device_map)
         start = time.perf_counter()
         values = executor.run_step()
-        devices_mod.synchronize(device_map)
+        devices_mod.synchronize(device_map)  # kernels run asynchronously: the step ends when the GPUs are done
         if i >= warmup:
             times.append(time.perf_counter() - start)
         if snapshot is None:
             snapshot = _snapshot(values, executor)
         copied, transient = values.copied_bytes, values.transient_bytes
         del values
-    allocator = devices_mod.allocator_peaks(device_map)
+    windows = {str(d): devices_mod.allocator_window(d, bases[str(d)]) for d in device_map.cuda_devices}
     plan = schedule.plan
     copied_in = {d.name: 0 for d in plan.devices}
     for c in schedule.placed.copies:
@@ -192,9 +193,10 @@ def _run_planned(
         torch_device = device_map.torch_device(d.name)
         predicted = d.peak_bytes if arena else d.lower_bound_bytes
         tracked = meter.peaks.get(d.name, 0)
-        alloc = allocator.get(str(torch_device)) if torch_device.type == "cuda" else None
-        own_gpu = alloc is not None and len(device_map.sharing(d.name)) == 1
-        measured = alloc[0] if own_gpu and alloc is not None else tracked
+        window = windows.get(str(torch_device))
+        shared = device_map.sharing(d.name)
+        own_gpu = window is not None and len(shared) == 1
+        measured = window.measured if own_gpu and window is not None else tracked
         results.append(
             DeviceMeasurement(
                 name=d.name,
@@ -209,9 +211,12 @@ def _run_planned(
                 static_bytes=d.static_bytes,
                 arena_bytes=d.arena_bytes,
                 copied_in_bytes=copied_in[d.name],
-                allocator_peak_bytes=None if alloc is None else alloc[0],
-                reserved_peak_bytes=None if alloc is None else alloc[1],
-                source="allocator" if own_gpu else ("tracked (shared GPU)" if alloc is not None else "tracked"),
+                allocator_peak_bytes=None if window is None else window.peak_allocated,
+                reserved_peak_bytes=None if window is None else window.peak_reserved,
+                source="allocator" if own_gpu else ("tracked (shared GPU)" if window is not None else "tracked"),
+                allocator_base_bytes=None if window is None else window.base.allocated,
+                requested_peak_bytes=None if window is None else window.measured_requested,
+                shared_with=tuple(n for n in shared if n != d.name) if window is not None else (),
             )
         )
     assert snapshot is not None

@@ -41,9 +41,14 @@ from mpplan.runtime.devices import DeviceMap
 from mpplan.runtime.schedule import Schedule, Step, Target, flatten, unflatten
 from mpplan.runtime.tracking import StorageMeter
 
-__all__ = ["Executor", "StepValues", "Trace"]
+__all__ = ["CUDA_ALIGNMENT", "Executor", "StepValues", "Trace"]
 
 _MISSING = object()
+
+#: Byte alignment every arena offset on a GPU must have.  ``cudaMalloc`` and the caching
+#: allocator hand out 512-byte-aligned blocks and some CUDA kernels rely on 16-byte-aligned
+#: pointers (memory-efficient attention refuses others; vectorised loads fault on them).
+CUDA_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)
@@ -123,11 +128,24 @@ class Executor:
         return sources
 
     def _make_arenas(self) -> dict[str, torch.Tensor]:
+        self._check_cuda_alignment()
         arenas = {}
         for d in self.schedule.plan.devices:
             arenas[d.name] = torch.empty(d.arena_bytes, dtype=torch.uint8, device=self.device_map.torch_device(d.name))
             self.meter.register(arenas[d.name], d.name, pinned=True)
         return arenas
+
+    def _check_cuda_alignment(self) -> None:
+        """Every buffer of an arena on a GPU starts at a multiple of ``CUDA_ALIGNMENT`` bytes."""
+        for name, buffer in self.schedule.plan.buffers.items():
+            if buffer.device not in self.device_map.physical or self.device_map.is_virtual(buffer.device):
+                continue
+            if buffer.offset % CUDA_ALIGNMENT:
+                raise PlanError(
+                    f"plan: buffer of {name!r} on {buffer.device} starts at offset {buffer.offset}, not a multiple "
+                    f"of {CUDA_ALIGNMENT} bytes as CUDA kernels need; plan with planner.alignment >= {CUDA_ALIGNMENT} "
+                    "(default 64) or run without arena"
+                )
 
     def _make_static_buffers(self) -> dict[str, torch.Tensor]:
         """One resident buffer per parameter gradient: the arena executor's ``.grad``."""
@@ -173,7 +191,9 @@ class Executor:
                         f"{target.layout.span_bytes}"
                     )
                 views.append(arena_view(self._arenas[step.device], buffer.offset, target.layout, where=f"buffer {target.tensor!r}"))
-            use_out = step.out is not None and len(targets) == len(step.targets)
+            # A generated out= overload computes into a temporary and copies it into out: the same
+            # memory as computing and copying in ourselves, but hidden from the meter.  Do it ourselves.
+            use_out = step.out is not None and not step.out.generated and len(targets) == len(step.targets)
             per_step[step.index] = _Redirect(targets, tuple(views), use_out)
         return per_step
 
@@ -206,6 +226,8 @@ class Executor:
             reads = _clone_all(view, step.inputs) if observe else {}
             self.meter.device = step.device
             self._mode.physical = self.device_map.torch_device(step.device)
+            # A copy reads its source on the source's device: only an op's own factory calls are retargeted.
+            self._mode.retarget = step.copy is None
             with torch.no_grad(), self._mode:
                 if step.copy is not None:
                     copied += self._copy(step, env, overlays[step.device])
@@ -270,6 +292,11 @@ class Executor:
             buffer = self.schedule.plan.buffers.get(c.name)
             if buffer is None:
                 raise PlanError(f"plan: copy {c.name!r} has no buffer")
+            if buffer.offset % source.element_size():
+                raise PlanError(
+                    f"copy {c.name!r}: offset {buffer.offset} is not a multiple of the {source.dtype} element size "
+                    f"{source.element_size()}"
+                )
             region = arena_view(self._arenas[step.device], buffer.offset, Layout((c.nbytes,), (1,), 0, torch.uint8),
                                 where=f"copy {c.name!r}")
         else:
@@ -304,18 +331,25 @@ class _Job:
 
 
 class _ExecMode(TorchDispatchMode):
-    """Meters every ATen call; gives factory calls the op's device; redirects the op's call into planned memory."""
+    """Meters every ATen call; gives factory calls the op's device; redirects the op's call into planned memory.
+
+    ``retarget``: factory calls (a traced ``device=`` argument names the device the
+    graph was captured on) go to ``physical``, the op's torch device.  Off during a
+    copy, whose executor code names its devices itself: a view of the source's bytes
+    must stay on the source's device (``set_`` refuses a storage on another one).
+    """
 
     def __init__(self, meter: StorageMeter) -> None:
         super().__init__()
         self.meter = meter
         self.physical: torch.device = torch.device("cpu")
+        self.retarget = True
         self.job: _Job | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
         device = kwargs.get("device")
-        if device is not None and torch.device(device) != self.physical:
+        if self.retarget and device is not None and torch.device(device) != self.physical:
             kwargs["device"] = self.physical
         job = self.job
         if job is None or job.consumed or func is not job.step.func:

@@ -12,6 +12,26 @@ device holds its static tensors plus one arena of ``arena_bytes``, so the plan's
 allocation, freed after its last use, so what the device can need is the plan's
 ``lower_bound_bytes`` (static + LOAD, the simulator's live-bytes maximum; no
 fragmentation, no alignment padding).  Both plan numbers are kept in the record.
+
+What is measured depends on where a planned device ran (``source``):
+
+* ``"allocator"``: the planned device had a GPU to itself.  ``measured_peak_bytes``
+  is the CUDA caching allocator's ``max_memory_allocated`` over the timed steps
+  less ``allocator_base_bytes``, what the GPU held before the run was built (other
+  tensors of the process, and the cuBLAS/cuBLASLt workspaces, created first on
+  purpose so that neither the plan nor eager is charged for them).  It includes
+  the allocator's rounding (512-byte blocks), results computed outside the arena
+  and copied in (``transient_peak_bytes``), and scratch memory kernels allocate
+  for themselves (cuDNN convolution workspaces, sort buffers), none of which the
+  plan models.  ``allocator_peak_bytes`` is the raw ``max_memory_allocated``,
+  ``requested_peak_bytes`` the peak of bytes asked for (no rounding, base
+  subtracted), ``reserved_peak_bytes`` the raw ``max_memory_reserved``.
+* ``"tracked (shared GPU)"``: several planned devices ran on one GPU
+  (``shared_with``).  The allocator cannot tell their memory apart, so
+  ``measured_peak_bytes`` is ``tracked_peak_bytes``; the allocator fields are the
+  whole GPU's, shared by all of them, and are repeated on each.
+* ``"tracked"``: a virtual device (CPU memory); ``measured_peak_bytes`` is
+  ``tracked_peak_bytes``.
 """
 
 from __future__ import annotations
@@ -33,10 +53,10 @@ def error_pct(predicted: int, measured: int) -> float:
 class DeviceMeasurement:
     """One planned device: predicted and measured peak memory.
 
-    ``measured_peak_bytes`` is the CUDA allocator's ``max_memory_allocated`` when the
-    planned device has a GPU to itself, else ``tracked_peak_bytes``: the most bytes
-    of live tensor storages tagged with this device at once, each storage counted
-    once.  ``transient_peak_bytes`` is the most bytes held at once by results computed
+    ``measured_peak_bytes`` is the CUDA allocator's ``max_memory_allocated`` less
+    ``allocator_base_bytes`` when the planned device has a GPU to itself (see the
+    module docstring), else ``tracked_peak_bytes``: the most bytes of live tensor
+    storages tagged with this device at once, each storage counted once.  ``transient_peak_bytes`` is the most bytes held at once by results computed
     outside the arena and then copied in (ops with no ``out=`` overload); they are
     not part of the tracked peak.  ``copied_in_bytes`` are the bytes copies brought
     onto this device per step.
@@ -57,6 +77,9 @@ class DeviceMeasurement:
     allocator_peak_bytes: int | None = None
     reserved_peak_bytes: int | None = None
     source: str = "tracked"
+    allocator_base_bytes: int | None = None
+    requested_peak_bytes: int | None = None
+    shared_with: tuple[str, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -65,7 +88,13 @@ class DeviceMeasurement:
 
 @dataclass(frozen=True, slots=True)
 class EagerDevice:
-    """Peak memory of plain PyTorch on one device (``measured_peak_bytes``: allocator or tracked)."""
+    """Peak memory of plain PyTorch on one device, measured like a planned device's.
+
+    On a GPU ``measured_peak_bytes`` is ``max_memory_allocated`` over the timed steps
+    less ``allocator_base_bytes`` (what the GPU held before the module was copied
+    there), so the module's parameters, gradients, optimizer state and inputs count
+    as the plan's static memory does; on a virtual device it is the tracked peak.
+    """
 
     name: str
     measured_peak_bytes: int
@@ -73,6 +102,8 @@ class EagerDevice:
     allocator_peak_bytes: int | None = None
     reserved_peak_bytes: int | None = None
     source: str = "tracked"
+    allocator_base_bytes: int | None = None
+    requested_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
