@@ -398,3 +398,19 @@ def test_budget_bisection_finds_the_least_recompute_that_fits(tmp_path):
     expected = max(b for b, f in zip(values, fits) if f)
     assert summary.best.overrides[key] == expected
     assert len(evaluated(log)) <= math.ceil(math.log2(sum(fits) + 1))
+
+
+@pytest.mark.parametrize(
+    ("configured", "devices", "biggest", "expected"),
+    [
+        (None, 2, 4, 2),  # one GPU per planned device when a node has them
+        (None, 2, 0, 0),  # no GPUs: virtual devices
+        (None, 4, 1, 0),  # a 4-device search on a 1-GPU machine measures on virtual devices
+        (8, 2, 4, 8),  # an explicit setting is taken as it is (and refused later when too large)
+        (0, 2, 4, 0),
+    ],
+)
+def test_gpus_per_actor(configured, devices, biggest, expected) -> None:
+    from mpplan.cluster.driver import _gpus_per_actor
+
+    assert _gpus_per_actor(configured, devices, biggest) == expected

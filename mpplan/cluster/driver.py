@@ -22,6 +22,7 @@ ends with the same best.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ from mpplan.cluster.store import ResultStore
 from mpplan.config import Config, batch_axis_key, load_config
 from mpplan.errors import ConfigError
 from mpplan.units import format_size
+
+logger = logging.getLogger("mpplan")
 
 SUMMARY_SCHEMA = "mpplan.search.summary/1"
 
@@ -431,7 +434,7 @@ def _measure(session: _Session, work: _Work) -> None:
     session.connect()
     search = session.config.search
     biggest = cluster_gpus()
-    gpus = search.gpus_per_actor if search.gpus_per_actor is not None else (work.devices() if biggest else 0)
+    gpus = _gpus_per_actor(search.gpus_per_actor, work.devices(), biggest)
     if gpus > biggest:
         raise ClusterError(
             f"each evaluator actor needs {gpus} GPUs (search.gpus_per_actor) but the largest node has {biggest}; "
@@ -472,6 +475,18 @@ def _measure(session: _Session, work: _Work) -> None:
                 for candidate in work.follow(result):
                     pool.submit(candidate)
         session.evaluations = pool.evaluations
+
+
+def _gpus_per_actor(configured: int | None, devices: int, biggest: int) -> int:
+    """GPUs each evaluator actor asks for: ``search.gpus_per_actor`` when set, else one per
+    planned device when a node has that many, else none (virtual devices: a 2-device
+    search on a 1-GPU laptop still measures, instead of waiting for a node that does not exist)."""
+    if configured is not None:
+        return configured
+    if 0 < biggest < devices:
+        logger.info("search: candidates plan %d devices, the largest node has %d GPUs: measuring on virtual devices",
+                    devices, biggest)
+    return devices if 0 < devices <= biggest else 0
 
 
 def _to_measure(session: _Session, outcome: Outcome) -> Candidate | None:
