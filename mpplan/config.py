@@ -180,7 +180,8 @@ class SearchSection:
     )
     actors: int | None = _doc("evaluator actors (default: as many as the cluster holds, at most top_k)", default=None)
     gpus_per_actor: int | None = _doc(
-        "GPUs each actor owns (default: a candidate's device count when a node has that many GPUs, else 0: virtual devices)",
+        "GPUs each actor owns (default: a candidate's device count when a node has that many GPUs, "
+        "else 0: virtual devices)",
         default=None,
     )
     timeout_s: float = _doc("seconds one evaluation may run before its actor is killed and replaced", default=600.0)

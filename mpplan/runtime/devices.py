@@ -211,9 +211,10 @@ def warm_up(device: torch.device) -> None:
     torch allocates a workspace per (handle, stream) through the caching allocator
     (several MiB: by default about 8 MiB, 32 MiB on Hopper), so it counts in
     ``memory_allocated``; handles are per thread, and autograd runs backward on a
-    device thread of its own, so eager training holds two.  Creating them now (a tiny ``addmm``/``mm`` and its backward) puts them
-    in the base both the planned run and the eager baseline are measured against,
-    instead of in one run's window and not the other's.  Idempotent.
+    device thread of its own, so eager training holds two.  Creating them now (a tiny
+    ``addmm``/``mm`` and its backward) puts them in the base both the planned run and
+    the eager baseline are measured against, instead of in one run's window and not
+    the other's.  Idempotent.
     """
     with torch.inference_mode(False), torch.enable_grad():
         a = torch.ones((16, 16), device=device, requires_grad=True)

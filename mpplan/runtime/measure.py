@@ -56,7 +56,8 @@ class DeviceMeasurement:
     ``measured_peak_bytes`` is the CUDA allocator's ``max_memory_allocated`` less
     ``allocator_base_bytes`` when the planned device has a GPU to itself (see the
     module docstring), else ``tracked_peak_bytes``: the most bytes of live tensor
-    storages tagged with this device at once, each storage counted once.  ``transient_peak_bytes`` is the most bytes held at once by results computed
+    storages tagged with this device at once, each storage counted once.
+    ``transient_peak_bytes`` is the most bytes held at once by results computed
     outside the arena and then copied in (ops with no ``out=`` overload); they are
     not part of the tracked peak.  ``copied_in_bytes`` are the bytes copies brought
     onto this device per step.
