@@ -197,9 +197,11 @@ def _replay(
 
     Every read must see the version the graph's own order gives it (so in-place
     writes keep their place among readers); an op reads a copy on its device
-    when one has run, else the tensor itself.
+    when one has run, else the tensor itself.  A view made from a copy is a view
+    of the copy: it lives where the copy does, at the version copied.
     """
     ops = {o.name: o for o in graph.ops}
+    alias_of = {t.name: t.alias_of for t in graph.tensors}
     expected: dict[tuple[str, str], int] = {}
     version: dict[str, int] = {}
     for op in graph.ops:
@@ -211,6 +213,7 @@ def _replay(
     exists = {name for name in root if name not in produced and name not in copies}
     version = {}
     arrived: dict[tuple[str, str], tuple[str, int]] = {}  # (tensor, device) -> (copy name, version copied)
+    of_copy: dict[str, tuple[str, int]] = {}  # view made from a copy -> (copy name, version copied)
     touches: dict[str, list[_Touch]] = {}
 
     def touch(tensor: str, step: int, device: str) -> None:
@@ -228,12 +231,15 @@ def _replay(
             exists.add(name)
             continue
         op = ops[name]
+        read_copy: dict[str, tuple[str, int]] = {}  # input -> (copy read in its place, version)
         for t in op.inputs:
             if t not in exists:
                 _fail(f"schedule step {step}: op {name!r} reads tensor {t!r} before it is produced")
             seen = version.get(root[t], 0)
             read = t
-            if (t, device) in arrived and t not in op.outputs:
+            if t in of_copy:
+                read, seen = of_copy[t]
+            elif (t, device) in arrived and t not in op.outputs:
                 read, seen = arrived[(t, device)]
             if seen != expected[(name, t)]:
                 what = f"its copy {read!r}" if read != t else f"tensor {t!r}"
@@ -242,12 +248,19 @@ def _replay(
                     f"read version {expected[(name, t)]} (an in-place write moved)"
                 )
             touch(read, step, device)
+            if read != t:
+                read_copy[t] = (read, seen)
         for t in op.outputs:
+            base = alias_of[t]
+            if t in op.inputs and t in of_copy:
+                _fail(f"schedule step {step}: op {name!r} writes {t!r}, a view of copy {of_copy[t][0]!r}, in place")
             if t in op.inputs:
                 version[root[t]] = version.get(root[t], 0) + 1
             else:
                 exists.add(t)
-            touch(t, step, device)
+                if base in read_copy:
+                    of_copy[t] = read_copy[base]
+            touch(of_copy[t][0] if t in of_copy else t, step, device)
     return touches
 
 

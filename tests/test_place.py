@@ -259,6 +259,70 @@ def test_view_op_runs_with_its_base_and_readers_copy_the_view():
     verify(graph, p)
 
 
+def test_copy_of_a_slice_moves_only_its_elements():
+    """A third of a fused QKV output read elsewhere copies its third, not the whole storage."""
+    tensors = (
+        Tensor("x", 8, Kind.INPUT),
+        Tensor("qkv", 96, shape=(24,), dtype="float32"),
+        Tensor("q", 0, shape=(8,), dtype="float32", alias_of="qkv"),
+        Tensor("y", 32),
+    )
+    ops = (
+        Op("proj", "addmm", ("x",), ("qkv",), module="proj"),
+        Op("split", "slice", ("qkv",), ("q",), module="proj"),
+        Op("attn", "f", ("q",), ("y",), module="attn"),
+    )
+    graph = Graph("slice", tensors, ops, ("y",)).validate()
+    placed = inject_copies(graph, range(3), ["g0", "g0", "g1"])
+    assert [(c.tensor, c.bytes) for c in placed.copies] == [("q", 32)]
+    devices = [Device("g0", 10_000), Device("g1", 10_000)]
+    p = plan(graph, devices, PlannerSettings(placement="manual", alignment=1, device_map={"proj": "g0", "attn": "g1"}))
+    assert p.cross_device_bytes == 32
+    verify(graph, p)
+
+
+def test_view_of_a_tensor_copied_anyway_is_made_on_the_copy():
+    """A gradient copied for one matmul is not copied again for its transpose's matmul:
+    the transpose runs on the reader's device, over the copy, and views it."""
+    tensors = (
+        Tensor("x", 8, Kind.INPUT),
+        Tensor("g", 64),
+        Tensor("gt", 0, alias_of="g"),
+        Tensor("a", 16),
+        Tensor("b", 16),
+        Tensor("y", 16),
+    )
+    ops = (
+        Op("grad", "f", ("x",), ("g",), module="top"),
+        Op("mm1", "mm", ("g",), ("a",), module="low"),
+        Op("t", "t", ("g",), ("gt",), module="top"),
+        Op("mm2", "mm", ("gt",), ("b",), module="low"),
+        Op("sum", "add", ("a", "b"), ("y",), module="low"),
+    )
+    graph = Graph("transpose", tensors, ops, ("y",)).validate()
+    placed = inject_copies(graph, range(5), ["g0", "g1", "g0", "g1", "g1"])
+    assert [c.name for c in placed.copies] == ["g@g1"], "one copy, not a second one of the transpose"
+    assert placed.op_device[placed.graph.topology.op_index["t"]] == "g1"
+    assert placed.graph.tensor("gt").alias_of == "g@g1"
+    devices = [Device("g0", 10_000), Device("g1", 10_000)]
+    p = plan(graph, devices, PlannerSettings(placement="manual", alignment=1, device_map={"top": "g0", "low": "g1"}))
+    assert p.cross_device_bytes == 64
+    verify(graph, p)
+
+
+def test_view_stays_with_its_base_when_its_input_is_not_copied_anyway():
+    tensors = (Tensor("x", 8, Kind.INPUT), Tensor("g", 64), Tensor("gt", 0, alias_of="g"), Tensor("b", 16))
+    ops = (
+        Op("grad", "f", ("x",), ("g",)),
+        Op("t", "t", ("g",), ("gt",)),
+        Op("mm2", "mm", ("gt",), ("b",)),
+    )
+    graph = Graph("transpose_only", tensors, ops, ("b",)).validate()
+    placed = inject_copies(graph, range(3), ["g0", "g1", "g1"])
+    assert placed.op_device[1] == "g0"
+    assert [c.tensor for c in placed.copies] == ["gt"]
+
+
 # --- tied weights, optimizer state, forced stages -------------------------------------------
 
 

@@ -109,6 +109,29 @@ def test_virtual_peaks_are_exact_and_numerics_match_eager(cases, name: str, mode
         assert m.transient_bytes == 0
 
 
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+def test_cut_inside_attention_copies_slices_and_views_of_copies_exactly(cases, arena: bool) -> None:
+    """The projection on one device, the attention on another: q, k and v are slices of the
+    fused projection, copied as their own elements; in backward, the gradient's transposes
+    are made on the copy.  Measured = predicted, and the numerics match eager."""
+    case = cases[("gpt", "train")]
+    graph = case.program.graph
+    device_map = {"": "cuda:0", "blocks.0.attn": "cuda:1", "blocks.0.attn.qkv": "cuda:0"}
+    planned = plan(graph, _devices(2), PlannerSettings(placement="manual", device_map=device_map))
+    verify(graph, planned)
+    topo = graph.topology
+    root_bytes = {c.name: topo.nbytes[topo.storage_of[topo.tensor_index[c.tensor]]] for c in planned.copies}
+    assert any(c.bytes < root_bytes[c.name] for c in planned.copies), "a slice is copied as its own elements"
+    placed = placed_graph(graph, planned).graph
+    copies = {c.name for c in planned.copies}
+    assert any(t.alias_of in copies for t in placed.tensors), "a view is made on a copy"
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=1, arena=arena,
+                         devices="virtual")
+    assert [d.measured_peak_bytes for d in m.devices] == [d.predicted_peak_bytes for d in m.devices]
+    assert m.copied_bytes == planned.cross_device_bytes
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
 def test_measurement_json(cases) -> None:
     case = cases[("gpt", "train")]
     planned = _plan(case, 2)

@@ -7,7 +7,11 @@ whose home is elsewhere reads a copy instead: one copy op per (tensor,
 destination) named ``<tensor>@<device>``, run on the destination right before
 its first consumer there.  The copy's output is a new dynamic tensor on the
 destination; the source stays live until the copy has run (it is the copy's
-input).  A pure view op runs on its base's home, whatever the placement says.
+input).  A pure view op runs on its base's home, whatever the placement says,
+so readers elsewhere copy the view, not the whole base; except when the view
+is read on one other device only, where its input is copied anyway: it then
+runs there, on that copy, and its output is a view of the copy (a transpose of
+a gradient copied for one matmul is not copied a second time).
 A tensor read on a device again after it changed in place is copied again
 (``<tensor>@<device>~v<version>``).  ``legalize`` makes any placement acceptable.  A parameter read on several devices (tied embeddings) is copied once per
 step to each extra device.
@@ -18,12 +22,14 @@ included), plus the device of every op and storage of that graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from mpplan.errors import GraphError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.plan import Copy
+from mpplan.units import DTYPE_BYTES, dtype_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,8 @@ def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
     """Insert the copies ``order`` needs under ``op_device`` (one device name per op id)."""
     topo = graph.topology
     home = _home_devices(graph, order, op_device)
+    relocated = _relocated_views(graph, order, op_device, home)
+    local_on: dict[int, str] = {}  # outputs of relocated views -> the device whose copy they view
     names = {t.name for t in graph.tensors}
     copy_of: dict[tuple[int, str], str] = {}  # (tensor id, device) -> copy tensor name
     copied_version: dict[tuple[int, str], int] = {}
@@ -57,11 +65,12 @@ def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
     new_devices: list[str] = []
     copies: list[Copy] = []
     for k in order:
-        op, device = graph.ops[k], _device_of(graph, k, op_device, home)
+        op = graph.ops[k]
+        device = relocated.get(k) or _device_of(graph, k, op_device, home)
         renamed: dict[str, str] = {}
         for t in topo.op_inputs[k]:
             s = topo.storage_of[t]
-            if home[s] == device:
+            if local_on.get(t, home[s]) == device:
                 continue
             tensor = graph.tensors[t]
             if tensor.name in op.outputs:
@@ -74,7 +83,7 @@ def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
                 # a first read there, or the tensor changed in place since its last copy
                 suffix = "" if key not in copy_of else f"~v{version[s]}"
                 name = _fresh(f"{tensor.name}@{device}{suffix}", names)
-                nbytes = tensor.nbytes if tensor.alias_of is None or tensor.nbytes else topo.nbytes[s]
+                nbytes = copy_bytes(tensor, topo.nbytes[s])
                 new_tensors.append(Tensor(name, nbytes, Kind.ACTIVATION, tensor.shape, tensor.dtype))
                 new_ops.append(Op(name, "copy", (tensor.name,), (name,), cost=0.0, device=device, module=op.module))
                 new_devices.append(device)
@@ -84,6 +93,11 @@ def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
             renamed[tensor.name] = copy_of[key]
         new_ops.append(_renamed(op, renamed, device))
         new_devices.append(device)
+        if k in relocated:
+            for t in topo.op_outputs[k]:
+                base = new_tensors[t].alias_of
+                new_tensors[t] = replace(new_tensors[t], alias_of=renamed.get(base, base))
+                local_on[t] = device
         for name in op.in_place:
             version[topo.storage_of[topo.tensor_index[name]]] += 1
     placed = Graph(graph.name, tuple(new_tensors), tuple(new_ops), graph.outputs).validate()
@@ -94,6 +108,19 @@ def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
     for c in copies:
         storage_device[new_topo.tensor_index[c.name]] = c.dst
     return Placed(placed, tuple(new_devices), tuple(storage_device), tuple(copies))
+
+
+def copy_bytes(tensor: Tensor, storage_bytes: int) -> int:
+    """Bytes a copy of ``tensor`` moves and holds: its own elements when it is a view of
+    known shape and dtype (a slice of a fused QKV output copies its third, not the whole),
+    else its storage's (``storage_bytes``)."""
+    if tensor.alias_of is None:
+        return tensor.nbytes
+    if tensor.nbytes:
+        return tensor.nbytes
+    if tensor.shape is None or tensor.dtype is None or tensor.dtype.removeprefix("torch.") not in DTYPE_BYTES:
+        return storage_bytes
+    return min(storage_bytes, math.prod(tensor.shape) * dtype_bytes(tensor.dtype))
 
 
 def legalize(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> tuple[str, ...]:
@@ -139,22 +166,70 @@ def _home_devices(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
     return [h or fallback for h in home]
 
 
-def _device_of(graph: Graph, k: int, op_device: Sequence[str], home: list[str]) -> str:
-    """A pure view op runs where its base lives: a view allocates nothing, and its
-    readers elsewhere then copy the view, not the whole base."""
+def _relocated_views(
+    graph: Graph, order: Sequence[int], op_device: Sequence[str], home: Sequence[str]
+) -> dict[int, str]:
+    """Pure view ops to run on their readers' device, over the copy of their input there.
+
+    A view op qualifies when its outputs are not graph outputs and are read only by
+    ops that are not views, all on one device other than the base's home, none
+    writing them in place; when its input is copied to that device anyway (an op
+    there reads it); and when nothing writes the base in place after the view is
+    made (the view of the copy would then miss the write).
+    """
+    topo = graph.topology
+    position = {k: step for step, k in enumerate(order)}
+    last_write: dict[int, int] = {}
+    for k in order:
+        for name in graph.ops[k].in_place:
+            last_write[topo.storage_of[topo.tensor_index[name]]] = position[k]
+    views = {k for k in order if _is_pure_view(graph, k)}
+    readers_on: dict[int, set[str]] = {}  # tensor -> devices of the non-view ops reading it
+    for k in order:
+        if k not in views:
+            for t in topo.op_inputs[k]:
+                readers_on.setdefault(t, set()).add(op_device[k])
+    outputs = set(graph.output_names)
+    relocated: dict[int, str] = {}
+    for k in order:
+        if k not in views:
+            continue
+        source = topo.op_inputs[k][0]
+        s = topo.storage_of[source]
+        readers = [c for t in topo.op_outputs[k] for c in topo.consumers[t] if c != k]
+        devices = {op_device[c] for c in readers}
+        if not readers or len(devices) != 1 or any(c in views for c in readers):
+            continue
+        if any(graph.tensors[t].name in outputs for t in topo.op_outputs[k]):
+            continue
+        (device,) = devices
+        written = any(t in topo.op_inputs[c] and graph.tensors[t].name in graph.ops[c].in_place
+                      for t in topo.op_outputs[k] for c in readers)
+        arrives = device in readers_on.get(source, ())
+        if device != home[s] and arrives and not written and last_write.get(s, -1) < position[k]:
+            relocated[k] = device
+    return relocated
+
+
+def _is_pure_view(graph: Graph, k: int) -> bool:
+    """Every output of op ``k`` is a new view (an alias it does not also read)."""
     topo = graph.topology
     op = graph.ops[k]
     outs = topo.op_outputs[k]
-    if topo.op_inputs[k] and outs and all(
+    return bool(topo.op_inputs[k]) and bool(outs) and all(
         graph.tensors[t].alias_of is not None and graph.tensors[t].name not in op.inputs for t in outs
-    ):
-        return home[topo.storage_of[topo.op_inputs[k][0]]]
+    )
+
+
+def _device_of(graph: Graph, k: int, op_device: Sequence[str], home: list[str]) -> str:
+    """A pure view op runs where its base lives: a view allocates nothing, and its
+    readers elsewhere then copy the view, not the whole base."""
+    if _is_pure_view(graph, k):
+        return home[graph.topology.storage_of[graph.topology.op_inputs[k][0]]]
     return op_device[k]
 
 
 def _renamed(op: Op, renamed: dict[str, str], device: str) -> Op:
-    from dataclasses import replace
-
     inputs = tuple(renamed.get(t, t) for t in op.inputs)
     return replace(op, inputs=inputs, device=device)
 

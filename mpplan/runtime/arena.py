@@ -21,7 +21,7 @@ import torch
 
 from mpplan.errors import PlanError
 
-__all__ = ["Layout", "OutVariant", "arena_view", "layout_of", "out_variant", "region_bytes"]
+__all__ = ["Layout", "OutVariant", "arena_view", "layout_of", "out_variant", "packed_stride", "region_bytes"]
 
 #: Keyword arguments of factory functions that an ``out=`` overload takes from ``out`` instead.
 _TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
@@ -73,6 +73,18 @@ def arena_view(arena: torch.Tensor, offset: int, layout: Layout, *, where: str) 
     view = torch.empty((0,), dtype=layout.dtype, device=arena.device)
     view.set_(arena.untyped_storage(), offset // itemsize + layout.storage_offset, layout.shape, layout.stride)
     return view
+
+
+def packed_stride(tensor: torch.Tensor) -> tuple[int, ...]:
+    """Strides that lay ``tensor``'s elements in exactly ``numel`` slots, in the order of its own strides.
+
+    A transpose keeps its strides; a slice with gaps between its rows closes them
+    up but keeps its dimension order (``empty_like``'s ``preserve_format``), so the
+    ops after a copy see the layout eager would have given them: a
+    ``(B, H, T, D)`` view of a fused ``(B, T, 3C)`` projection stays ``T``-major,
+    and the attention output made from it can still be ``view``-ed back.
+    """
+    return tuple(torch.empty_like(tensor, device="meta").stride())
 
 
 def region_bytes(tensor: torch.Tensor, nbytes: int) -> torch.Tensor:

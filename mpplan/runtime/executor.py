@@ -9,11 +9,10 @@ across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
 * each op runs through ``CapturedProgram.run_node`` against an env of fx values; an
   op on device ``d`` sees ``d``'s *overlay* first, where copies put their values
   under the fx names of the tensor they copied, so consumers on ``d`` read the copy;
-* a copy replicates the copied tensor's root storage bytes on the destination (the
-  plan's ``copy.bytes``) and lays a tensor over them as the source lies over its
-  root (``Tensor.copy_``, non-blocking between GPUs).  Not ``Tensor.to``: that
-  would copy only a view's elements, not the bytes the plan accounts for, and
-  could not land at the copy's planned arena offset;
+* a copy fills exactly the plan's ``copy.bytes`` on the destination (at its planned
+  arena offset in arena mode): the copied tensor's root storage, with the tensor laid
+  over it as the source lies over its root, or, for a slice of a larger storage, only
+  the slice's elements, packed (``Tensor.copy_``, non-blocking between GPUs);
 * after step ``k`` every storage whose last touching step is ``k`` is released: the
   fx values of all its aliases leave the env, so the memory really goes;
 * in arena mode a dispatch mode redirects the op's ATen call to its ``out=`` overload
@@ -36,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import SourceRole
 from mpplan.errors import PlanError
-from mpplan.runtime.arena import Layout, arena_view, layout_of, region_bytes
+from mpplan.runtime.arena import Layout, arena_view, layout_of, packed_stride, region_bytes
 from mpplan.runtime.devices import DeviceMap
 from mpplan.runtime.schedule import Schedule, Step, Target, flatten, unflatten
 from mpplan.runtime.tracking import StorageMeter
@@ -274,41 +273,55 @@ class Executor:
         return job.transient_bytes if job is not None else 0
 
     def _copy(self, step: Step, env: dict[str, Any], overlay: dict[str, Any]) -> int:
-        """Replicate the copied tensor's root storage bytes on the destination and lay the tensor over them."""
+        """Put the copied tensor on the destination in the plan's ``copy.bytes``.
+
+        Those bytes hold either the tensor's root storage, the tensor laid over them as
+        the source lies over its root (a whole storage, or a view reaching over most
+        of it), or only the tensor's own elements, packed (a slice of a larger storage:
+        the copy pass moves just its elements).
+        """
         c = step.copy
         assert c is not None
         source = _first_present(env, c.nodes, f"copy {c.name!r}: tensor {c.tensor!r}")
         root = source if c.root == c.tensor else _first_present(
             env, c.root_nodes, f"copy {c.name!r}: storage root {c.root!r}"
         )
-        rel = source.storage_offset() * source.element_size() - root.storage_offset() * root.element_size()
-        span = layout_of(source).span_bytes - source.storage_offset() * source.element_size()
-        if rel < 0 or rel + span > c.nbytes or rel % source.element_size():
+        itemsize = source.element_size()
+        rel = source.storage_offset() * itemsize - root.storage_offset() * root.element_size()
+        span = layout_of(source).span_bytes - source.storage_offset() * itemsize
+        whole_root = 0 <= rel and rel + span <= c.nbytes and rel % itemsize == 0
+        if not whole_root and c.nbytes < source.numel() * itemsize:
             raise PlanError(
-                f"copy {c.name!r}: tensor {c.tensor!r} does not lie within the {c.nbytes} bytes of its root {c.root!r}"
+                f"copy {c.name!r}: {c.nbytes} bytes hold neither tensor {c.tensor!r} within its root {c.root!r} "
+                f"nor its {source.numel() * itemsize} bytes of elements"
             )
         device = self.device_map.torch_device(step.device)
-        if self.arena:
-            buffer = self.schedule.plan.buffers.get(c.name)
-            if buffer is None:
-                raise PlanError(f"plan: copy {c.name!r} has no buffer")
-            if buffer.offset % source.element_size():
-                raise PlanError(
-                    f"copy {c.name!r}: offset {buffer.offset} is not a multiple of the {source.dtype} element size "
-                    f"{source.element_size()}"
-                )
-            region = arena_view(self._arenas[step.device], buffer.offset, Layout((c.nbytes,), (1,), 0, torch.uint8),
-                                where=f"copy {c.name!r}")
-        else:
-            region = torch.empty((c.nbytes,), dtype=torch.uint8, device=device)
-        both_cuda = device.type == "cuda" and root.device.type == "cuda"
-        region.copy_(region_bytes(root, c.nbytes), non_blocking=both_cuda)
+        region = self._copy_region(step, c.name, c.nbytes, itemsize, device)
+        both_cuda = device.type == "cuda" and source.device.type == "cuda"
         value = torch.empty((0,), dtype=source.dtype, device=device)
-        value.set_(region.untyped_storage(), (region.storage_offset() + rel) // source.element_size(),
-                   source.shape, source.stride())
+        if whole_root:
+            region.copy_(region_bytes(root, c.nbytes), non_blocking=both_cuda)
+            offset = (region.storage_offset() + rel) // itemsize
+            value.set_(region.untyped_storage(), offset, source.shape, source.stride())
+        else:
+            offset = region.storage_offset() // itemsize
+            value.set_(region.untyped_storage(), offset, source.shape, packed_stride(source))
+            value.copy_(source, non_blocking=both_cuda)
         for name in c.nodes:
             overlay[name] = value
         return c.nbytes
+
+    def _copy_region(self, step: Step, name: str, nbytes: int, itemsize: int, device: torch.device) -> torch.Tensor:
+        """The ``nbytes`` a copy lands in: its planned arena slot, or a fresh storage."""
+        if not self.arena:
+            return torch.empty((nbytes,), dtype=torch.uint8, device=device)
+        buffer = self.schedule.plan.buffers.get(name)
+        if buffer is None:
+            raise PlanError(f"plan: copy {name!r} has no buffer")
+        if buffer.offset % itemsize:
+            raise PlanError(f"copy {name!r}: offset {buffer.offset} is not a multiple of the element size {itemsize}")
+        return arena_view(self._arenas[step.device], buffer.offset, Layout((nbytes,), (1,), 0, torch.uint8),
+                          where=f"copy {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
