@@ -310,6 +310,42 @@ def test_view_of_a_tensor_copied_anyway_is_made_on_the_copy():
     verify(graph, p)
 
 
+def _tied_transposes(update_between: bool) -> Graph:
+    """A weight's transpose copied for the head's matmul, and the transpose of that read in
+    backward; the optimizer updates the weight in place at the end, or, when
+    ``update_between``, before the backward matmul reads it."""
+    tensors = (
+        Tensor("h", 8, Kind.INPUT),
+        Tensor("w", 64, Kind.PARAM),
+        Tensor("wt", 0, alias_of="w"),
+        Tensor("wtt", 0, alias_of="wt"),
+        Tensor("a", 16),
+        Tensor("b", 16),
+    )
+    update = Op("sgd", "add_", ("w",), ("w",), module="emb")
+    ops = [
+        Op("t", "t", ("w",), ("wt",), module="head"),
+        Op("mm", "mm", ("h", "wt"), ("a",), module="head"),
+        Op("t2", "t", ("wt",), ("wtt",), module="head"),
+        Op("mm2", "mm", ("a", "wtt"), ("b",), module="head"),
+    ]
+    ops.insert(3 if update_between else 4, update)
+    return Graph("tied_t", tensors, tuple(ops), ("b",)).validate()
+
+
+@pytest.mark.parametrize("update_between", [False, True], ids=["updated-after", "updated-between"])
+def test_view_of_a_copied_weight_is_made_on_the_copy_unless_the_weight_changes_meanwhile(update_between):
+    graph = _tied_transposes(update_between)
+    order = range(len(graph.ops))
+    devices = ["g1" if op.module == "head" else "g0" for op in graph.ops]
+    placed = inject_copies(graph, order, devices)
+    copied = [c.tensor for c in placed.copies]
+    assert copied == (["wt", "wtt"] if update_between else ["wt"])
+    p = plan(graph, [Device("g0", 10_000), Device("g1", 10_000)],
+             PlannerSettings(placement="manual", alignment=1, device_map={"emb": "g0", "head": "g1"}))
+    verify(graph, p)
+
+
 def test_view_stays_with_its_base_when_its_input_is_not_copied_anyway():
     tensors = (Tensor("x", 8, Kind.INPUT), Tensor("g", 64), Tensor("gt", 0, alias_of="g"), Tensor("b", 16))
     ops = (

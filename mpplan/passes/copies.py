@@ -22,6 +22,7 @@ included), plus the device of every op and storage of that graph.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -174,15 +175,16 @@ def _relocated_views(
     A view op qualifies when its outputs are not graph outputs and are read only by
     ops that are not views, all on one device other than the base's home, none
     writing them in place; when its input is copied to that device anyway (an op
-    there reads it); and when nothing writes the base in place after the view is
-    made (the view of the copy would then miss the write).
+    there reads it); and when nothing writes the base in place while the view is in
+    use (the view of the copy would miss the write; a weight updated by the optimizer
+    after the backward pass is fine).
     """
     topo = graph.topology
     position = {k: step for step, k in enumerate(order)}
-    last_write: dict[int, int] = {}
+    writes: dict[int, list[int]] = {}  # storage -> steps writing it in place, ascending
     for k in order:
         for name in graph.ops[k].in_place:
-            last_write[topo.storage_of[topo.tensor_index[name]]] = position[k]
+            writes.setdefault(topo.storage_of[topo.tensor_index[name]], []).append(position[k])
     views = {k for k in order if _is_pure_view(graph, k)}
     readers_on: dict[int, set[str]] = {}  # tensor -> devices of the non-view ops reading it
     for k in order:
@@ -206,9 +208,16 @@ def _relocated_views(
         written = any(t in topo.op_inputs[c] and graph.tensors[t].name in graph.ops[c].in_place
                       for t in topo.op_outputs[k] for c in readers)
         arrives = device in readers_on.get(source, ())
-        if device != home[s] and arrives and not written and last_write.get(s, -1) < position[k]:
+        in_use = (position[k], max(position[c] for c in readers))
+        if device != home[s] and arrives and not written and not _written_within(writes.get(s, []), *in_use):
             relocated[k] = device
     return relocated
+
+
+def _written_within(steps: Sequence[int], first: int, last: int) -> bool:
+    """Whether any of the ascending ``steps`` lies in ``first..last``."""
+    i = bisect.bisect_left(steps, first)
+    return i < len(steps) and steps[i] <= last
 
 
 def _is_pure_view(graph: Graph, k: int) -> bool:
