@@ -346,6 +346,24 @@ def test_view_of_a_copied_weight_is_made_on_the_copy_unless_the_weight_changes_m
     verify(graph, p)
 
 
+def test_rebuilding_copies_from_a_recorded_placement_gives_the_same_graph():
+    """The executor re-injects copies from ``plan.placement``, where a relocated view is on its
+    readers' device; an input first touched by that view must keep the same home."""
+    tensors = (Tensor("x", 64, Kind.INPUT), Tensor("xv", 0, alias_of="x"), *(Tensor(n, 8) for n in "acb"))
+    ops = (
+        Op("V", "view", ("x",), ("xv",)),
+        Op("A", "f", ("x",), ("a",)),
+        Op("C", "f", ("x",), ("c",)),
+        Op("B", "f", ("xv", "c"), ("b",)),
+    )
+    graph = Graph("first_user_view", tensors, ops, ("a", "b")).validate()
+    first = inject_copies(graph, range(4), ["g0", "g0", "g1", "g1"])
+    recorded = {op.name: d for op, d in zip(first.graph.ops, first.op_device)}
+    assert recorded["V"] == "g1" and [c.tensor for c in first.copies] == ["x"], "V runs on the copy of x"
+    again = inject_copies(graph, range(4), [recorded[op.name] for op in graph.ops])
+    assert again.graph == first.graph and again.copies == first.copies
+
+
 def test_view_stays_with_its_base_when_its_input_is_not_copied_anyway():
     tensors = (Tensor("x", 8, Kind.INPUT), Tensor("g", 64), Tensor("gt", 0, alias_of="g"), Tensor("b", 16))
     ops = (

@@ -148,7 +148,9 @@ def legalize(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> tu
 
 
 def _home_devices(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> list[str]:
-    """Home device per storage: producer, else in-place updater, else first user in ``order``."""
+    """Home device per storage: producer, else in-place updater, else first user in ``order``
+    that is not a pure view (a view runs where its base lives, so it cannot decide that),
+    else its first user."""
     topo = graph.topology
     home = [""] * len(graph.tensors)
     for s in topo.storages:
@@ -159,10 +161,12 @@ def _home_devices(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
             s = topo.storage_of[topo.tensor_index[name]]
             if topo.producer[s] < 0 and not home[s]:
                 home[s] = op_device[k]
-    for k in order:
-        for s in topo.op_storages[k]:
-            if not home[s]:
-                home[s] = op_device[k]
+    for views_too in (False, True):
+        for k in order:
+            if views_too or not _is_pure_view(graph, k):
+                for s in topo.op_storages[k]:
+                    if not home[s]:
+                        home[s] = op_device[k]
     fallback = op_device[order[0]] if len(order) else ""
     return [h or fallback for h in home]
 
