@@ -4,7 +4,9 @@ Oracles: ``brute_force`` rewrites the graph for every subset of recomputable ops
 (``apply_recompute``) and scores each with ``mpplan.sim`` (no code shared with the
 solvers' memory model), so the exact solver's least cost, the smallest feasible
 budget and the model's own peaks are all checked against it.  Every rewritten graph
-validates, and the planner's as-given plans of them pass the verifier.
+validates, and the planner's as-given plans of them pass the verifier.  The budget
+heuristic's incremental bookkeeping is held to ``evaluate`` from scratch (every trial
+and commit) and to a fresh walk of every chain (every ranking).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 import logging
 import math
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +30,7 @@ from mpplan.config import Device
 from mpplan.errors import ConfigError, InfeasibleError, VerificationError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes import remat as remat_module
-from mpplan.passes import remat_ilp
+from mpplan.passes import remat_budget, remat_ilp, remat_incremental, remat_model, remat_moves, remat_policies
 from mpplan.passes.remat import (
     SUFFIX,
     apply_recompute,
@@ -183,7 +186,7 @@ def test_model_peak_is_the_simulated_peak_of_the_rewrite(graph: Graph) -> None:
     for k in (0, 1, len(chosen)):
         for subset in itertools.islice(itertools.combinations(chosen, k), 12):
             ev = evaluate(model, subset)
-            rewritten = remat_module._rewrite(model, ev)[0].validate()
+            rewritten = remat_model.rewrite(model, ev)[0].validate()
             assert ev.peak == peak(rewritten)
 
 
@@ -340,7 +343,7 @@ def test_heuristic_recomputes_chains_where_single_recomputes_free_nothing() -> N
 def test_without_a_milp_backend_the_heuristic_decides_and_says_so(monkeypatch, caplog) -> None:
     monkeypatch.setattr(remat_ilp, "available_backend", lambda: None)
     graph = small_chain(6)
-    with caplog.at_level(logging.WARNING, logger="mpplan.passes.remat"):
+    with caplog.at_level(logging.WARNING, logger="mpplan.passes.remat_budget"):
         r = remat(graph, "budget", budget=0.85)
     assert r.solver == "heuristic" and not r.optimal and "highspy" in r.note
     assert "highspy" in caplog.text
@@ -452,6 +455,124 @@ def test_exact_budget_on_a_checkmate_graph_is_optimal_and_verifies() -> None:
     check_plans(r.graph)
 
 
+# --- the budget search: incremental evaluation and ranking ---------------------------
+
+
+@st.composite
+def layered_graphs(draw: st.DrawFn) -> Graph:
+    """Small random layered DAGs: inference (each tensor split at its own gap) or trained."""
+    return synthetic.random_layered(
+        draw(st.integers(6, 48)),
+        seed=draw(st.integers(0, 10_000)),
+        degree=draw(st.sampled_from([1.0, 2.0, 3.0])),
+        train=draw(st.booleans()),
+    )
+
+
+def over_budget(profile: tuple[int, ...], budget: int) -> int:
+    return sum(max(0, v - budget) for v in profile)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(training_graphs(), layered_graphs()), st.data())
+def test_choice_trials_and_commits_match_a_fresh_evaluation(graph: Graph, data: st.DataObject) -> None:
+    """Every trial scores, and every commit leaves, what ``evaluate`` gives from scratch."""
+    model = build_model(graph)
+    if not model.num_candidates:
+        return
+    choice = remat_incremental.Choice.build(model)
+    candidates = st.sets(st.integers(0, model.num_candidates - 1), max_size=4)
+    for _ in range(data.draw(st.integers(1, 12))):
+        add, remove = data.draw(candidates), data.draw(candidates)
+        budget = data.draw(st.integers(-1, max(choice.load, 1)))
+        expected = evaluate(model, (set(choice.chosen) | add) - remove)
+        trial = choice.trial(budget, add=add - remove, remove=remove)
+        assert (trial.load, trial.excess) == (expected.load, over_budget(expected.profile, budget))
+        assert trial.cost == pytest.approx(expected.cost)
+        choice.commit(trial)
+        got = choice.evaluation()
+        assert (got.chosen, got.anchor, got.load, got.peak) == (expected.chosen, expected.anchor, expected.load,
+                                                                expected.peak)
+        assert (got.profile, got.orig_step) == (expected.profile, expected.orig_step)
+        assert choice.excess(budget) == over_budget(expected.profile, budget)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(training_graphs(), layered_graphs()), st.data())
+def test_move_ranking_matches_a_fresh_walk_of_every_chain(graph: Graph, data: st.DataObject) -> None:
+    """The cached ranking, kept up to date across commits, copies and budgets (and
+    compacted often), is the one a new cache (every chain walked afresh) gives."""
+    model = build_model(graph)
+    if not model.num_candidates:
+        return
+    slack = data.draw(st.sampled_from([0, remat_moves.COMPACT_SLACK]))
+    with mock.patch.object(remat_moves, "COMPACT_SLACK", slack):
+        choice = remat_incremental.Choice.build(model)
+        baseline = choice.load
+        for _ in range(data.draw(st.integers(1, 10))):
+            budget = data.draw(st.integers(0, max(baseline - 1, 0)))
+            args = {
+                "levels": data.draw(st.sampled_from([1, 2, remat_moves.CHAIN_LEVELS])),
+                "per_cost": data.draw(st.booleans()),
+                "banned": frozenset(data.draw(st.sets(st.integers(0, model.num_candidates - 1), max_size=2))),
+                "limit": data.draw(st.integers(1, 16)),
+            }
+            fresh = remat_incremental.Choice.build(model, choice.chosen, index=choice.index)
+            ranked = choice.ranked(budget, **args)
+            assert ranked == fresh.ranked(budget, **args)
+            if data.draw(st.booleans()):
+                choice = choice.copy()
+            if ranked and data.draw(st.booleans()):
+                choice.commit(choice.trial(budget, add=ranked[0]))
+            else:
+                remove = data.draw(st.sets(st.sampled_from(choice.chosen), max_size=2)) if choice.chosen else set()
+                add = data.draw(st.sets(st.integers(0, model.num_candidates - 1), max_size=2)) - remove
+                choice.commit(choice.trial(budget, add=add, remove=remove))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(training_graphs(), layered_graphs()), st.floats(0.3, 0.99))
+def test_the_heuristic_reports_what_a_fresh_evaluation_of_its_choice_gives(graph: Graph, fraction: float) -> None:
+    model = build_model(graph)
+    empty = evaluate(model, ())
+    dyn = int(fraction * empty.load)
+    found = remat_budget._heuristic(model, dyn)
+    expected = evaluate(model, found.chosen)
+    got = found.evaluation()
+    assert (got.chosen, got.load, got.profile, got.orig_step) == (expected.chosen, expected.load, expected.profile,
+                                                                   expected.orig_step)
+    assert got.cost == pytest.approx(expected.cost)
+    if found.load > dyn:  # no fit: nothing the heuristic tried alone went lower
+        assert found.load <= empty.load
+
+
+#: (graph, budget fraction) -> (peak, added cost) of the budget heuristic before its
+#: search became incremental (full re-simulation at every step), or the smallest budget
+#: it found feasible: the incremental search makes the same decisions.
+HEURISTIC_ANSWERS = {
+    ("random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14", 0.9): (41160, 693.0),
+    ("random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14", 0.8): (36820, 1934.0),
+    ("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14", 0.9): (131980, 1393.0),
+    ("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14", 0.8): (119900, None),
+    ("VGG19_256_224x224_train_nx", 0.8): (13564379136, 460480.0),
+    ("ResNet50_256_224x224_train_nx", 0.8): (30425460736, 1130.0),
+    ("fcn_8_vgg_32_416x608_train_nx", 0.8): (10635814528, 13985906688.0),
+}
+
+
+@pytest.mark.parametrize("name, fraction", sorted(HEURISTIC_ANSWERS))
+def test_budget_heuristic_answers_are_those_of_the_full_resimulation(name: str, fraction: float) -> None:
+    graph = load_graph(CHECKMATE / f"{name}.json")
+    peak_bytes, cost = HEURISTIC_ANSWERS[name, fraction]
+    if cost is None:
+        with pytest.raises(InfeasibleError, match=f"the smallest budget found feasible is {peak_bytes} bytes"):
+            remat(graph, "budget", budget=fraction, solver="heuristic")
+        return
+    r = remat(graph, "budget", budget=fraction, solver="heuristic")
+    assert (r.peak_bytes, r.added_cost) == (peak_bytes, pytest.approx(cost))
+    check_plans(r.graph)
+
+
 # --- mirror and sqrt -----------------------------------------------------------------
 
 
@@ -500,10 +621,10 @@ def test_mirror_threshold_extremes_on_module_stages() -> None:
 
 
 def test_mirror_stages_come_from_modules() -> None:
-    assert remat_module._stage_key(Op("q", "f", (), (), module="layers.3.attn.qkv"), False) == "layers.3"
-    assert remat_module._stage_key(Op("c", "f", (), (), module="mid.conv1"), False) == "mid"
-    assert remat_module._stage_key(Op("n", "f", (), ()), False) == "n"
-    assert remat_module._stage_key(Op("n", "f", (), (), module="m.1", stage="s2"), True) == "s2"
+    assert remat_policies._stage_key(Op("q", "f", (), (), module="layers.3.attn.qkv"), False) == "layers.3"
+    assert remat_policies._stage_key(Op("c", "f", (), (), module="mid.conv1"), False) == "mid"
+    assert remat_policies._stage_key(Op("n", "f", (), ()), False) == "n"
+    assert remat_policies._stage_key(Op("n", "f", (), (), module="m.1", stage="s2"), True) == "s2"
 
 
 def test_sqrt_keeps_about_sqrt_n_checkpoints() -> None:
@@ -556,6 +677,9 @@ def test_bad_arguments_raise_config_errors(kwargs: dict, message: str) -> None:
         remat(small_chain(3), **kwargs)
 
 
-def test_doctests() -> None:
-    failures, _ = doctest.testmod(remat_module)
+@pytest.mark.parametrize(
+    "module", [remat_module, remat_model, remat_policies, remat_budget, remat_incremental, remat_moves]
+)
+def test_doctests(module: object) -> None:
+    failures, _ = doctest.testmod(module)
     assert failures == 0

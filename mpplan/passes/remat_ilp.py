@@ -1,7 +1,7 @@
 """The exact solver of remat's ``budget`` policy: a MILP over ``RematModel``'s memory model.
 
 The MILP decides which candidates to recompute; everything else follows from the
-rewrite rule of ``mpplan.passes.remat`` (a recompute runs right before the first
+rewrite rule of ``mpplan.passes.remat_model`` (a recompute runs right before the first
 late reader of its outputs, recomputes before the same op in forward order), and
 the constraints follow the peak of the rewritten as-given order exactly, so on
 small graphs it agrees with brute force over every subset (the tests check it).
@@ -59,7 +59,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mpplan.passes.remat import NEVER, RematModel, evaluate
+from mpplan.passes.remat_model import NEVER, RematModel, evaluate
 
 __all__ = ["MAX_Z_VARIABLES", "IlpSolution", "available_backend", "solve"]
 

@@ -1,0 +1,455 @@
+"""The budget search's evaluator: one choice of recomputes, its exact memory profile,
+and changes to it scored by re-simulating only the steps they touch.
+
+``evaluate`` (``mpplan.passes.remat_model``) simulates every storage of the graph for
+one choice.  The greedy of ``mpplan.passes.remat_budget`` asks that dozens of times
+per step for choices one move apart, which made it quadratic in the graph.  A
+``Choice`` keeps the profile of the rewritten as-given order and scores a change
+(``trial``) from the steps between the first and the last one it touches:
+
+* the candidates whose anchor changes (or that start or stop running): the ones
+  added and removed and, transitively, the chosen producers of those whose anchor
+  moved (a recompute runs before its earliest chosen consumer);
+* the storages those candidates write or read: only their live intervals move;
+* every other storage keeps its interval in *step keys* (``op * span + span - 1``
+  for original op ``op``, ``op * span + i`` for the recompute of candidate ``i``
+  running before it, ``span`` = candidates + 1: the rewritten order sorts by key).
+  So the profile outside the touched steps does not change, and a new recompute
+  step holds what the step after it holds less what starts there.
+
+Excess and load of the whole order then follow from the touched segment and the
+prefix and suffix maxima of the rest; ``commit`` splices the segment in.  Costs
+are exact integers (each op cost times one power of two), so a total does not
+depend on the order moves were made in.  The tests hold every committed ``Choice``
+equal to a fresh ``evaluate`` of its candidates.
+
+>>> from mpplan.capture import synthetic
+>>> from mpplan.passes.remat_model import build_model, evaluate
+>>> model = build_model(synthetic.chain(3, train=True))
+>>> choice = Choice.build(model)
+>>> trial = choice.trial(0, add=[0])
+>>> trial.load == evaluate(model, [0]).load, choice.load == evaluate(model, []).load
+(True, True)
+>>> choice.commit(trial)
+>>> choice.chosen, choice.load == evaluate(model, [0]).load
+((0,), True)
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpplan.errors import GraphError
+from mpplan.passes.remat_model import NEVER, Evaluation, RematModel, anchors
+from mpplan.passes.remat_moves import MoveCache
+
+__all__ = ["Choice", "ModelIndex", "Trial"]
+
+Intervals = tuple[int, ...]
+"""A storage's live intervals as inclusive step-key pairs ``(first, last, ...)``."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModelIndex:
+    """What the evaluator needs of a ``RematModel`` beyond the model: computed once per
+    search and shared by every ``Choice`` of it.
+
+    ``span``: the step-key stride (module docstring); ``unit``: the common
+    denominator (a power of two) that makes every candidate cost an integer
+    ``cand_units[i]``; ``producers[i]``: candidates whose outputs candidate ``i``
+    reads (the inverse of ``cand_consumers``); ``reads[i]``: storages whose
+    ``readers`` include ``i``; ``op_keys``: the step key of every original op.
+    """
+
+    model: RematModel
+    span: int
+    unit: int
+    cand_units: tuple[int, ...]
+    producers: tuple[tuple[int, ...], ...]
+    reads: tuple[tuple[int, ...], ...]
+    op_keys: np.ndarray
+
+    @classmethod
+    def of(cls, model: RematModel) -> ModelIndex:
+        """The index of ``model``; ``GraphError`` for a candidate cost that is not finite."""
+        ratios = []
+        for i, cost in enumerate(model.cand_cost):
+            try:
+                ratios.append(cost.as_integer_ratio())
+            except (OverflowError, ValueError):
+                name = model.graph.ops[model.cand_op[i]].name
+                raise GraphError(f"op {name!r}: expected a finite cost, got {cost}; fix the graph") from None
+        unit = max((den for _, den in ratios), default=1)
+        producers: list[list[int]] = [[] for _ in model.cand_op]
+        for p, consumers in enumerate(model.cand_consumers):
+            for c in consumers:
+                producers[c].append(p)
+        reads: list[list[int]] = [[] for _ in model.cand_op]
+        for j, readers in enumerate(model.readers):
+            for h in readers:
+                reads[h].append(j)
+        span = model.num_candidates + 1
+        return cls(
+            model=model,
+            span=span,
+            unit=unit,
+            cand_units=tuple(num * (unit // den) for num, den in ratios),
+            producers=tuple(map(tuple, producers)),
+            reads=tuple(map(tuple, reads)),
+            op_keys=np.arange(model.num_ops, dtype=np.int64) * span + (span - 1),
+        )
+
+    def intervals(self, j: int, anchor: dict[int, int], moved: dict[int, int]) -> Intervals:
+        """Storage ``j``'s live intervals when the recomputes run where ``anchor`` says,
+        updated by ``moved`` (``NEVER``: not run); the rule of ``evaluate``."""
+        m, span = self.model, self.span
+        first = -1
+        p = m.producer[j]
+        if p >= 0:
+            a = moved[p] if p in moved else anchor.get(p, NEVER)
+            if a < NEVER:
+                first = a * span + p
+        if first >= 0:
+            late_last = m.late_last[j]
+            end = late_last * span + span - 1 if late_last >= 0 else first
+        else:
+            end = m.last[j] * span + span - 1
+        for h in m.readers[j]:
+            a = moved[h] if h in moved else anchor.get(h, NEVER)
+            if a < NEVER and a * span + h > end:
+                end = a * span + h
+        start = m.start[j] * span + span - 1
+        if first >= 0:
+            return start, m.early_last[j] * span + span - 1, first, max(end, first)
+        return start, end
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Trial:
+    """A change to a ``Choice``, scored exactly, and what ``Choice.commit`` needs to make it.
+
+    ``load``, ``excess`` (live bytes over ``budget`` summed over the steps) and
+    ``cost`` are those of the changed choice, ``units`` its cost in the index's
+    units.  ``moved``: candidate -> its new anchor (``NEVER``: it stops running);
+    ``intervals``: the storages whose intervals change, and the new ones; steps
+    ``lo:hi`` of the choice are the ones that change: ``value`` holds their new live
+    bytes (those of steps that go are meaningless) and ``held`` those of the new
+    recompute steps, in key order.
+    """
+
+    version: int
+    budget: int
+    load: int
+    excess: int
+    cost: float
+    units: int
+    moved: dict[int, int]
+    intervals: dict[int, Intervals]
+    lo: int
+    hi: int
+    value: np.ndarray
+    held: list[int]
+
+
+class Choice:
+    """One choice of recomputes with its exact profile; ``commit`` changes it in place.
+
+    Invariant: ``anchor`` holds the effective candidates (those some late use needs)
+    and where they run, as ``anchors`` gives them; ``keys`` are the steps of the
+    rewritten as-given order (ascending step keys), ``profile`` their live dynamic
+    bytes and ``starts`` the bytes of the storages whose life starts there;
+    ``intervals[j]`` are storage ``j``'s live intervals (empty for a storage of no
+    bytes); ``units`` is the cost in ``index.unit`` parts.  ``moves`` ranks the moves
+    from this choice; ``copy`` branches a search.
+    """
+
+    __slots__ = ("index", "anchor", "keys", "profile", "starts", "intervals", "units", "load", "version",
+                 "moves", "_maxima", "_over", "_prefix")
+
+    def __init__(
+        self,
+        index: ModelIndex,
+        anchor: dict[int, int],
+        keys: np.ndarray,
+        profile: np.ndarray,
+        starts: np.ndarray,
+        intervals: list[Intervals],
+        moves: MoveCache,
+    ) -> None:
+        self.index = index
+        self.anchor = anchor
+        self.keys = keys
+        self.profile = profile
+        self.starts = starts
+        self.intervals = intervals
+        self.units = sum(index.cand_units[i] for i in anchor)
+        self.load = int(profile.max()) if len(profile) else 0
+        self.version = 0
+        self.moves = moves
+        self._maxima: tuple[np.ndarray, np.ndarray] | None = None
+        self._over: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._prefix: tuple[int, np.ndarray] | None = None
+
+    @classmethod
+    def build(cls, model: RematModel, chosen: Iterable[int] = (), *, index: ModelIndex | None = None) -> Choice:
+        """The choice of candidates ``chosen``, simulated in full."""
+        index = ModelIndex.of(model) if index is None else index
+        span = index.span
+        anchor = anchors(model, chosen)
+
+        intervals = [index.intervals(j, anchor, {}) if size else () for j, size in enumerate(model.size)]
+        slots = np.array(sorted(a * span + i for i, a in anchor.items()), dtype=np.int64)
+        keys = np.sort(np.concatenate((index.op_keys, slots)))
+        profile, starts = _draw(keys, intervals, model.size)
+        return cls(index, anchor, keys, profile, starts, intervals, MoveCache(model, index.producers))
+
+    def copy(self) -> Choice:
+        """An independent choice equal to this one (a trial of either, made before
+        either changes, may be committed to the other)."""
+        twin = Choice.__new__(Choice)
+        twin.index, twin.keys, twin.profile, twin.starts = self.index, self.keys, self.profile, self.starts
+        twin.anchor, twin.intervals = dict(self.anchor), list(self.intervals)
+        twin.units, twin.load, twin.version = self.units, self.load, self.version
+        twin.moves = self.moves.copy()
+        twin._maxima, twin._over, twin._prefix = self._maxima, self._over, self._prefix
+        return twin
+
+    @property
+    def model(self) -> RematModel:
+        return self.index.model
+
+    @property
+    def chosen(self) -> tuple[int, ...]:
+        return tuple(sorted(self.anchor))
+
+    @property
+    def cost(self) -> float:
+        """The added op cost, correctly rounded."""
+        return self.units / self.index.unit
+
+    @property
+    def peak(self) -> int:
+        return self.model.static_bytes + self.load
+
+    def evaluation(self) -> Evaluation:
+        """This choice as ``evaluate`` reports it."""
+        span = self.index.span
+        orig = np.nonzero(self.keys % span == span - 1)[0]
+        return Evaluation(self.chosen, dict(self.anchor), self.load, self.peak, tuple(self.profile.tolist()),
+                          tuple(orig.tolist()), self.cost)
+
+    def excess(self, budget: int) -> int:
+        """Live bytes over ``budget``, summed over the steps."""
+        return self._excess_between(budget, 0, len(self.profile))
+
+    def over_counts(self, budget: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(through, own)`` by original op ``p``: the steps over ``budget`` up to and
+        including ``p`` (recomputes before it included), and whether ``p``'s own step is
+        over.  The steps over strictly between ops ``x < y`` are then
+        ``through[y] - through[x] - own[y]``."""
+        if self._over is None or self._over[0] != budget:
+            span = self.index.span
+            over = self.profile > budget
+            through = np.cumsum(np.bincount(self.keys[over] // span, minlength=self.model.num_ops))
+            own = over[self.keys % span == span - 1].astype(np.int64)
+            self._over = budget, through, own
+        return self._over[1], self._over[2]
+
+    def ranked(
+        self, budget: int, *, levels: int, per_cost: bool = True, banned: frozenset[int] = frozenset(), limit: int
+    ) -> list[tuple[int, ...]]:
+        """The best ``limit`` moves from this choice (``MoveCache.ranked``)."""
+        return self.moves.ranked(self, budget, levels=levels, per_cost=per_cost, banned=banned, limit=limit)
+
+    def trial(self, budget: int, *, add: Iterable[int] = (), remove: Iterable[int] = ()) -> Trial:
+        """This choice with candidates ``add`` added and ``remove`` removed, scored at
+        ``budget`` (module docstring); ``self`` is left as it is.
+
+        Only the score is computed here, over the old steps of the touched segment (a
+        step that goes is skipped, a new one valued on its own); ``commit`` draws the
+        new steps, for the one trial of many that is kept.
+        """
+        index, model = self.index, self.model
+        span, anchor = index.span, self.anchor
+        moved = self._reanchor(add, remove)
+        units = self.units
+        for c, a in moved.items():
+            if (a < NEVER) != (c in anchor):  # starts or stops running; a moved anchor costs nothing
+                units += index.cand_units[c] if a < NEVER else -index.cand_units[c]
+        if not moved:
+            return Trial(self.version, budget, self.load, self.excess(budget), units / index.unit, units, moved, {},
+                         0, 0, self.profile[:0], [])
+
+        touched = sorted({j for c in moved for j in (*model.cand_outputs[c], *index.reads[c]) if model.size[j]})
+        intervals = {j: index.intervals(j, anchor, moved) for j in touched}
+        gone = [anchor[c] * span + c for c in moved if c in anchor]
+        new = sorted(a * span + c for c, a in moved.items() if a < NEVER)
+        old_firsts, old_lasts, old_sizes = _spans(self.intervals, touched, model.size)
+        new_firsts, new_lasts, new_sizes = _spans(intervals, touched, model.size)
+        firsts, lasts = old_firsts + new_firsts, old_lasts + new_lasts
+        ends = [a * span + span - 1 for a in moved.values() if a < NEVER]
+        keys = self.keys
+        lo = int(keys.searchsorted(min(firsts + gone + new)))
+        hi = int(keys.searchsorted(max(lasts + gone + ends), "right"))
+
+        # The old steps of the segment, valued with the moved storages' new intervals.
+        seg = keys[lo:hi]
+        sizes = np.array([-size for size in old_sizes] + new_sizes, np.int64)
+        delta = np.zeros(hi - lo + 1, np.int64)
+        np.add.at(delta, seg.searchsorted(firsts), sizes)
+        np.add.at(delta, seg.searchsorted(lasts, "right"), -sizes)
+        value = self.profile[lo:hi] + delta[:-1].cumsum()
+        if gone:
+            value[seg.searchsorted(gone)] = min(0, budget)  # over no budget, under every load
+        # A new step holds what the old step after it holds, less what starts there, with
+        # the moved storages' old intervals taken away and their new ones added.
+        after = (seg.searchsorted(new) + lo).tolist()
+        thens = keys[after].tolist()
+        change = [0] * (len(new) + 1)
+        for first, last, size in zip(old_firsts, old_lasts, old_sizes):  # live at the step after, not from it
+            change[bisect.bisect_right(thens, first)] -= size
+            change[bisect.bisect_right(thens, last)] += size
+        for first, last, size in zip(new_firsts, new_lasts, new_sizes):  # live at the new step
+            change[bisect.bisect_left(new, first)] += size
+            change[bisect.bisect_right(new, last)] -= size
+        profile, starts = self.profile, self.starts
+        held = [int(profile[k]) - int(starts[k]) + c for k, c in zip(after, itertools.accumulate(change))]
+
+        excess = self.excess(budget) - self._excess_between(budget, lo, hi)
+        excess += int(np.maximum(value - budget, 0).sum()) + sum(max(0, v - budget) for v in held)
+        load = max(int(value.max()), self._max_outside(lo, hi), *held)
+        return Trial(self.version, budget, load, excess, units / index.unit, units, moved, intervals, lo, hi, value,
+                     held)
+
+    def commit(self, trial: Trial) -> None:
+        """Make ``trial`` (of this choice as it is now) the choice."""
+        assert trial.version == self.version, f"a trial of version {trial.version} committed to {self.version}"
+        self.version += 1
+        if not trial.moved:
+            return
+        self._splice(trial)
+        toggled = [c for c, a in trial.moved.items() if (a < NEVER) != (c in self.anchor)]
+        for j, intervals in trial.intervals.items():
+            self.intervals[j] = intervals
+        for c, a in trial.moved.items():
+            if a < NEVER:
+                self.anchor[c] = a
+            else:
+                del self.anchor[c]
+        self.units, self.load = trial.units, trial.load
+        self._maxima = self._over = self._prefix = None
+        self.moves.note_moved(trial.moved, toggled)
+
+    def _splice(self, trial: Trial) -> None:
+        """Replace steps ``trial.lo:trial.hi`` by the trial's: the old steps that stay,
+        valued as the trial valued them, and the new recompute steps."""
+        model, span, lo, hi = self.model, self.index.span, trial.lo, trial.hi
+        seg = self.keys[lo:hi]
+        keep = np.ones(len(seg), bool)
+        keep[seg.searchsorted([self.anchor[c] * span + c for c in trial.moved if c in self.anchor])] = False
+        added = np.array(sorted(a * span + c for c, a in trial.moved.items() if a < NEVER), np.int64)
+        kept = seg[keep]
+        at = kept.searchsorted(added)
+        keys = np.insert(kept, at, added)
+        profile = np.insert(trial.value[keep], at, trial.held)
+        starts = self.starts[lo:hi].copy()
+        firsts, _, sizes = _spans(self.intervals, trial.intervals, model.size)
+        np.add.at(starts, seg.searchsorted(firsts), -np.array(sizes, np.int64))
+        starts = np.insert(starts[keep], at, 0)
+        firsts, _, sizes = _spans(trial.intervals, trial.intervals, model.size)
+        np.add.at(starts, keys.searchsorted(firsts), np.array(sizes, np.int64))
+        self.keys = np.concatenate((self.keys[:lo], keys, self.keys[hi:]))
+        self.profile = np.concatenate((self.profile[:lo], profile, self.profile[hi:]))
+        self.starts = np.concatenate((self.starts[:lo], starts, self.starts[hi:]))
+
+    def restore(self, anchor: dict[int, int], budget: int) -> None:
+        """Make the choice whose effective candidates are ``anchor``'s (a snapshot)."""
+        self.commit(self.trial(budget, add=anchor.keys() - self.anchor.keys(),
+                               remove=self.anchor.keys() - anchor.keys()))
+
+    def _reanchor(self, add: Iterable[int], remove: Iterable[int]) -> dict[int, int]:
+        """The candidates whose anchor changes, and the new anchor (``NEVER``: not run).
+
+        ``anchors``' recurrence redone only where an input changed: a candidate's
+        anchor depends on its chosen consumers', which come later in forward order,
+        so the changed ones are settled last candidate first.
+        """
+        model, anchor = self.model, self.anchor
+        removed = {c for c in remove if c in anchor}
+        added = {c for c in add if c not in anchor}
+        producers = self.index.producers
+
+        def chosen(c: int) -> bool:
+            return c in added or (c in anchor and c not in removed)
+
+        moved = dict.fromkeys(removed, NEVER)
+        heap = [-c for c in added] + [-p for c in removed for p in producers[c] if chosen(p)]
+        heapq.heapify(heap)
+        done: set[int] = set()
+        while heap:
+            c = -heapq.heappop(heap)
+            if c in done:
+                continue
+            done.add(c)
+            a = model.cand_first_late[c]
+            for x in model.cand_consumers[c]:
+                ax = moved.get(x, anchor.get(x, NEVER))
+                if ax < a:
+                    a = ax
+            if a != anchor.get(c, NEVER):
+                moved[c] = a
+                for p in producers[c]:
+                    if chosen(p) and p not in done:
+                        heapq.heappush(heap, -p)
+        return moved
+
+    def _excess_between(self, budget: int, lo: int, hi: int) -> int:
+        """Live bytes over ``budget`` summed over steps ``lo:hi``."""
+        if self._prefix is None or self._prefix[0] != budget:
+            over = np.maximum(self.profile - budget, 0)
+            self._prefix = budget, np.concatenate(([0], np.cumsum(over)))
+        prefix = self._prefix[1]
+        return int(prefix[hi] - prefix[lo])
+
+    def _max_outside(self, lo: int, hi: int) -> int:
+        """The largest profile value outside steps ``lo:hi`` (0 when there is none)."""
+        if self._maxima is None:
+            self._maxima = np.maximum.accumulate(self.profile), np.maximum.accumulate(self.profile[::-1])[::-1]
+        before, after = self._maxima
+        best = int(before[lo - 1]) if lo > 0 else 0
+        return max(best, int(after[hi])) if hi < len(self.profile) else best
+
+
+def _spans(
+    intervals: list[Intervals] | dict[int, Intervals], storages: Iterable[int], size: tuple[int, ...]
+) -> tuple[list[int], list[int], list[int]]:
+    """``storages``' live intervals: their first keys, last keys and bytes."""
+    firsts: list[int] = []
+    lasts: list[int] = []
+    sizes: list[int] = []
+    for j in storages:
+        spans = intervals[j]
+        firsts += spans[::2]
+        lasts += spans[1::2]
+        sizes += [size[j]] * (len(spans) // 2)
+    return firsts, lasts, sizes
+
+
+def _draw(keys: np.ndarray, intervals: list[Intervals], size: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The profile over ``keys`` of storages live over ``intervals``, and the bytes of
+    those whose life starts at each step."""
+    firsts, lasts, sizes = _spans(intervals, range(len(intervals)), size)
+    amount = np.array(sizes, np.int64)
+    first = keys.searchsorted(firsts)
+    delta = np.zeros(len(keys) + 1, np.int64)
+    np.add.at(delta, first, amount)
+    np.add.at(delta, keys.searchsorted(lasts) + 1, -amount)
+    starts = np.zeros(len(keys), np.int64)
+    np.add.at(starts, first, amount)
+    return np.cumsum(delta[:-1]), starts

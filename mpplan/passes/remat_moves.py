@@ -1,0 +1,388 @@
+"""The budget greedy's moves and their ranking, kept up to date as the choice changes.
+
+A *move* is a candidate alone or with its chain: the producers of the inputs its
+recompute would keep alive, level by level, as in Chen's segments (recomputing one
+link of a chain of equal-sized tensors frees nothing, the whole segment frees all but
+its head).  Its estimated gain is the over-budget byte-steps it frees: its members'
+outputs between their last early use and their recompute, less the kept inputs'
+extra life until the latest recompute reading them (``_walk``).  ``ranked`` orders
+the moves by gain per unit cost (or by gain), best first.
+
+Every gain is a sum of terms ``bytes * over(x, y)``, ``over(x, y)`` being the steps
+over the budget strictly between original ops ``x`` and ``y``; the walk that finds a
+candidate's chain reads the choice only through which candidates near it are chosen
+and where they run, and through whether some ``over(x, y)`` are zero.  So the cache
+keeps, for each unchosen candidate (the chain's *origin*), its moves as terms, the
+candidates it read and the zero tests it made.  A ranking walks again only the chains
+that read a candidate whose anchor changed (``note_moved``) or whose zero tests came
+out otherwise, and scores the terms of all chains in one vectorised pass.  The
+ranking is the one a fresh walk of every chain gives.
+
+Example: in a chain of four layers trained, the first activation waits longest for
+its backward, so recomputing it frees the most.
+
+>>> from mpplan.capture import synthetic
+>>> from mpplan.passes.remat_incremental import Choice
+>>> from mpplan.passes.remat_model import build_model
+>>> model = build_model(synthetic.chain(4, train=True))
+>>> choice = Choice.build(model)
+>>> moves = choice.ranked(choice.load - 1, levels=CHAIN_LEVELS, limit=2)
+>>> [[model.candidate_names()[i] for i in move] for move in moves]
+[['layers.0'], ['layers.1']]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mpplan.passes.remat_model import NEVER, RematModel
+
+if TYPE_CHECKING:
+    from mpplan.passes.remat_incremental import Choice
+
+__all__ = ["CHAIN_LEVELS", "CHAIN_MAX_OPS", "MoveCache"]
+
+#: A chain move has at most this many levels (the candidate and its producers' levels
+#: above it) and this many candidates.
+CHAIN_LEVELS = 6
+CHAIN_MAX_OPS = 8
+
+#: Rows are compacted once the dead ones outnumber the live ones by this much.
+COMPACT_SLACK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """One origin's walk.
+
+    ``moves``: (members, how many of ``terms`` make its gain), one per level;
+    ``terms``: (signed bytes, x, y), each worth ``bytes * over(x, y)``; ``tests``:
+    (x, y, whether ``over(x, y)`` was 0) for the growth decisions; ``chosen_reads``:
+    candidates whose being chosen it read; ``anchor_reads``: (candidate, where its
+    recompute would run) for the anchors it read.  The walk comes out the same while
+    none of these read otherwise.
+    """
+
+    moves: tuple[tuple[tuple[int, ...], int], ...]
+    terms: tuple[tuple[int, int, int], ...]
+    tests: tuple[tuple[int, int, bool], ...]
+    chosen_reads: tuple[int, ...]
+    anchor_reads: tuple[tuple[int, int], ...]
+
+
+def _walk(model: RematModel, anchor: dict[int, int], i: int, over: Callable[[int, int], int]) -> Chain:
+    """The moves grown from unchosen candidate ``i``: ``i`` alone, then with each further
+    level of producers of the inputs the members would keep alive.
+
+    A member's input is kept alive by its recompute when it is not recomputed and its
+    last use comes before the member's anchor; when that adds life at steps over the
+    budget, its producer, when a candidate, joins the next level and runs right before
+    that member (a chain).  Growth stops at ``CHAIN_LEVELS`` levels, at
+    ``CHAIN_MAX_OPS`` members, or when no input is kept alive over the budget.  The
+    gain is over-budget byte-steps freed: the members' outputs between their last
+    early use and their recompute, less the kept inputs' extra life until the latest
+    recompute reading them; it is updated member by member, so a chain costs what its
+    members read.
+    """
+    at = _anchor_of(model, anchor, i)
+    anchor_reads = [(i, at)]
+    if at >= NEVER:
+        return Chain((), (), (), (), tuple(anchor_reads))
+    size, early_last, last, producer = model.size, model.early_last, model.last, model.producer
+    cand_inputs = model.cand_inputs
+    members: dict[int, int] = {}
+    extended: dict[int, int] = {}  # kept input -> the latest anchor reading it
+    terms: list[tuple[int, int, int]] = []
+    tests: list[tuple[int, int, bool]] = []
+    chosen_reads: list[int] = []
+    moves: list[tuple[tuple[int, ...], int]] = []
+
+    def add(member: int, at: int) -> None:
+        members[member] = at
+        for j in model.cand_outputs[member]:
+            terms.append((size[j], early_last[j], at))
+            if j in extended:  # no longer kept: its extra life is not paid
+                terms.append((size[j], last[j], extended.pop(j)))
+        for j in cand_inputs[member]:
+            p = producer[j]
+            if p in members:
+                continue
+            if p >= 0:
+                chosen_reads.append(p)
+            if p in anchor or extended.get(j, -1) >= at:
+                continue
+            if j in extended:
+                terms.append((size[j], last[j], extended[j]))
+            extended[j] = at
+            terms.append((-size[j], last[j], at))
+
+    add(i, at)
+    frontier = [i]
+    for _ in range(CHAIN_LEVELS - 1):
+        moves.append((tuple(sorted(members)), len(terms)))
+        grown: dict[int, int] = {}
+        for member in frontier:
+            at = members[member]
+            for j in cand_inputs[member]:
+                p = producer[j]
+                if p < 0:
+                    continue
+                chosen_reads.append(p)
+                if p in anchor or p in members:
+                    continue
+                zero = over(last[j], at) == 0
+                tests.append((last[j], at, zero))
+                if zero:
+                    continue
+                at_p = _anchor_of(model, anchor, p)
+                anchor_reads.append((p, at_p))
+                grown[p] = min(grown.get(p, NEVER), at, at_p)
+        if not grown or len(members) + len(grown) > CHAIN_MAX_OPS:
+            break
+        for p, at in grown.items():
+            add(p, at)
+        frontier = list(grown)
+    else:
+        moves.append((tuple(sorted(members)), len(terms)))
+    return Chain(tuple(moves), tuple(terms), tuple(tests), tuple(set(chosen_reads)), tuple(anchor_reads))
+
+
+def _anchor_of(model: RematModel, anchor: dict[int, int], i: int) -> int:
+    """Where candidate ``i``'s recompute would run if chosen now: before its first late
+    use or before the earliest chosen recompute reading it (``NEVER``: not needed)."""
+    at = model.cand_first_late[i]
+    for c in model.cand_consumers[i]:
+        if c in anchor and anchor[c] < at:
+            at = anchor[c]
+    return at
+
+
+class _Rows:
+    """Append-only columns of rows tagged with the origin and generation of the chain
+    they belong to; a row is live while its origin's generation is its own."""
+
+    __slots__ = ("columns", "size")
+
+    def __init__(self, **dtypes: type) -> None:
+        self.columns: dict[str, np.ndarray] = {
+            name: np.zeros(64, dtype) for name, dtype in {"origin": np.int64, "gen": np.int64, **dtypes}.items()
+        }
+        self.size = 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name][: self.size]
+
+    def append(self, values: Mapping[str, Sequence[float]]) -> None:
+        end = self.size + len(values["origin"])
+        for name, column in self.columns.items():
+            if end > len(column):
+                grown = np.zeros(max(end, 2 * len(column)), column.dtype)
+                grown[: self.size] = column[: self.size]
+                self.columns[name] = column = grown
+            column[self.size : end] = values[name]
+        self.size = end
+
+    def live(self, gen: np.ndarray) -> np.ndarray:
+        return self["gen"] == gen[self["origin"]]
+
+    def compact(self, keep: np.ndarray) -> None:
+        count = int(keep.sum())
+        for column in self.columns.values():
+            column[:count] = column[: self.size][keep]
+        self.size = count
+
+    def copy(self) -> _Rows:
+        twin = _Rows.__new__(_Rows)
+        twin.columns = {name: column[: max(self.size, 1)].copy() for name, column in self.columns.items()}
+        twin.size = self.size
+        return twin
+
+
+class MoveCache:
+    """The chains of one choice's unchosen candidates, walked again only when stale
+    (module docstring).
+
+    ``gen[i]``: origin ``i``'s generation (rows of older ones are dead); ``terms``,
+    ``moves`` (with ``members``, parallel), ``tests`` and ``reads`` (a candidate, and
+    the anchor read, or -1 for whether it is chosen): the chains' rows; ``counts[i]``:
+    origin ``i``'s live term rows; ``stale``: origins to walk at the next ranking;
+    ``moved``/``toggled``: candidates whose anchor changed / that started or stopped
+    running since the last one.
+    """
+
+    __slots__ = ("model", "producers", "gen", "terms", "moves", "members", "tests", "reads", "counts", "stale",
+                 "moved", "toggled")
+
+    def __init__(self, model: RematModel, producers: tuple[tuple[int, ...], ...]) -> None:
+        self.model, self.producers = model, producers
+        self.gen = np.zeros(model.num_candidates, np.int64)
+        self.terms = _Rows(coef=np.int64, x=np.int64, y=np.int64)
+        self.moves = _Rows(level=np.int64, first=np.int64, last=np.int64, cost=np.float64)
+        self.members: list[tuple[int, ...]] = []
+        self.tests = _Rows(x=np.int64, y=np.int64, zero=np.bool_)
+        self.reads = _Rows(cand=np.int64, value=np.int64)
+        self.counts = np.zeros(model.num_candidates, np.int64)
+        self.stale = set(range(model.num_candidates))
+        self.moved: set[int] = set()
+        self.toggled: set[int] = set()
+
+    def copy(self) -> MoveCache:
+        twin = MoveCache.__new__(MoveCache)
+        twin.model, twin.producers, twin.gen = self.model, self.producers, self.gen.copy()
+        twin.terms, twin.moves, twin.tests, twin.reads = (
+            self.terms.copy(), self.moves.copy(), self.tests.copy(), self.reads.copy())
+        twin.members, twin.counts = list(self.members), self.counts.copy()
+        twin.stale, twin.moved, twin.toggled = set(self.stale), set(self.moved), set(self.toggled)
+        return twin
+
+    def note_moved(self, moved: Iterable[int], toggled: Iterable[int]) -> None:
+        """Candidates whose anchor changed, and those of them that started or stopped running."""
+        self.moved.update(moved)
+        self.toggled.update(toggled)
+
+    def ranked(
+        self,
+        choice: Choice,
+        budget: int,
+        *,
+        levels: int,
+        per_cost: bool,
+        banned: frozenset[int],
+        limit: int,
+    ) -> list[tuple[int, ...]]:
+        """The best ``limit`` moves of up to ``levels`` levels that free over-budget
+        bytes and avoid ``banned``, by estimated gain per unit cost (or by gain,
+        ``per_cost=False``), best first; ties go to the smaller move."""
+        through, own = choice.over_counts(budget)
+
+        def over(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            return np.where(y > x, through[y] - through[x] - own[y], 0)
+
+        self._refresh(choice.anchor, through, own, over)
+        # Gains as differences of one running sum over every term row; int64 may wrap
+        # in the running sum, never in a difference (one chain's gain).
+        terms, moves = self.terms, self.moves
+        with np.errstate(over="ignore"):
+            running = np.concatenate(([0], np.cumsum(terms["coef"] * over(terms["x"], terms["y"]))))
+            gain = running[moves["last"]] - running[moves["first"]]
+        which = np.nonzero(moves.live(self.gen) & (moves["level"] <= levels) & (gain > 0))[0]
+        gain = gain[which]
+        score = -gain / np.maximum(moves["cost"][which], 1e-9) if per_cost else -gain
+        return self._best(which, score, banned, limit)
+
+    def _best(self, which: np.ndarray, score: np.ndarray, banned: frozenset[int], limit: int) -> list[tuple[int, ...]]:
+        """The ``limit`` moves of least ``(score, members)`` that avoid ``banned``."""
+        take = limit + len(banned) * 8
+        while True:
+            if len(score) > take:
+                cut = score[np.argpartition(score, take - 1)[:take]].max()
+                near = np.nonzero(score <= cut)[0]  # every tie with the last one taken
+            else:
+                near = np.arange(len(score))
+            rows = sorted(zip(score[near].tolist(), (self.members[k] for k in which[near].tolist())))
+            best = [move for _, move in rows if banned.isdisjoint(move)][:limit]
+            if len(best) == limit or len(near) == len(score):
+                return best
+            take *= 4
+
+    def _refresh(
+        self,
+        anchor: dict[int, int],
+        through: np.ndarray,
+        own: np.ndarray,
+        over: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    ) -> None:
+        """Walk again the chains that are stale under ``anchor`` and these over counts:
+        those that read a candidate that started or stopped running, an anchor that is
+        now elsewhere, or a zero test that now comes out otherwise."""
+        stale, self.stale = self.stale, set()
+        reads = self.reads
+        if self.toggled:
+            stale |= self.toggled
+            hit = (reads["value"] < 0) & np.isin(reads["cand"], np.fromiter(self.toggled, np.int64))
+            stale.update(reads["origin"][hit & reads.live(self.gen)].tolist())
+        if self.moved:
+            # An anchor read depends on the reader's consumers: recheck those whose consumers moved.
+            now = np.full(self.model.num_candidates, -1, np.int64)
+            for x in {x for c in self.moved for x in self.producers[c]}:
+                now[x] = _anchor_of(self.model, anchor, x)
+            seen = now[reads["cand"]]
+            hit = (reads["value"] >= 0) & (seen >= 0) & (seen != reads["value"])
+            stale.update(reads["origin"][hit & reads.live(self.gen)].tolist())
+        self.moved, self.toggled = set(), set()
+        tests = self.tests
+        flipped = tests.live(self.gen) & ((over(tests["x"], tests["y"]) == 0) != tests["zero"])
+        stale.update(tests["origin"][flipped].tolist())
+        if stale:
+            self._walk_all(sorted(stale), anchor, through, own)
+
+    def _walk_all(self, origins: list[int], anchor: dict[int, int], through: np.ndarray, own: np.ndarray) -> None:
+        """Walk ``origins``' chains again (none for a chosen one) and append their rows."""
+
+        def over(x: int, y: int) -> int:
+            return int(through[y] - through[x] - own[y]) if y > x else 0
+
+        model = self.model
+        self.gen[origins] += 1
+        self.counts[origins] = 0
+        terms: dict[str, list[int]] = {"origin": [], "gen": [], "coef": [], "x": [], "y": []}
+        moves: dict[str, list[int]] = {"origin": [], "gen": [], "level": [], "first": [], "last": []}
+        costs: list[float] = []
+        tests: dict[str, list[int]] = {"origin": [], "gen": [], "x": [], "y": [], "zero": []}
+        reads: dict[str, list[int]] = {"origin": [], "gen": [], "cand": [], "value": []}
+        base = self.terms.size
+        for i in origins:
+            if i in anchor:
+                continue
+            chain = _walk(model, anchor, i, over)
+            g = int(self.gen[i])
+            first = base + len(terms["coef"])
+            if chain.moves:
+                levels = len(chain.moves)
+                _extend(moves, i, g, level=range(1, levels + 1), first=[first] * levels,
+                        last=[first + count for _, count in chain.moves])
+                for members, _ in chain.moves:
+                    costs.append(sum(model.cand_cost[c] for c in members))
+                    self.members.append(members)
+            if chain.terms:
+                coef, x, y = zip(*chain.terms)
+                _extend(terms, i, g, coef=coef, x=x, y=y)
+            if chain.tests:
+                x, y, zero = zip(*chain.tests)
+                _extend(tests, i, g, x=x, y=y, zero=zero)
+            cand, value = zip(*chain.anchor_reads)
+            _extend(reads, i, g, cand=chain.chosen_reads + cand, value=(-1,) * len(chain.chosen_reads) + value)
+            self.counts[i] = len(chain.terms)
+        self.terms.append(terms)
+        move_rows: dict[str, Sequence[float]] = {**moves, "cost": costs}
+        self.moves.append(move_rows)
+        self.tests.append(tests)
+        self.reads.append(reads)
+        if self.terms.size > 2 * int(self.counts.sum()) + COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the dead rows; moves then point at their terms' new places."""
+        live_terms = self.terms.live(self.gen)
+        place = np.concatenate(([0], np.cumsum(live_terms)))
+        live_moves = self.moves.live(self.gen)
+        self.members = [self.members[k] for k in np.nonzero(live_moves)[0].tolist()]
+        self.moves.compact(live_moves)
+        self.moves["first"][:] = place[self.moves["first"]]
+        self.moves["last"][:] = place[self.moves["last"]]
+        self.terms.compact(live_terms)
+        self.tests.compact(self.tests.live(self.gen))
+        self.reads.compact(self.reads.live(self.gen))
+
+
+def _extend(rows: dict[str, list[int]], origin: int, gen: int, **values: Sequence[int]) -> None:
+    """Add rows of ``origin``'s chain of generation ``gen`` to the columns ``rows``."""
+    count = len(next(iter(values.values())))
+    rows["origin"].extend([origin] * count)
+    rows["gen"].extend([gen] * count)
+    for name, column in values.items():
+        rows[name].extend(column)
