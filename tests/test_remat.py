@@ -683,3 +683,22 @@ def test_bad_arguments_raise_config_errors(kwargs: dict, message: str) -> None:
 def test_doctests(module: object) -> None:
     failures, _ = doctest.testmod(module)
     assert failures == 0
+
+
+def test_the_milp_backend_prints_nothing_to_stdout():
+    """HiGHS's C++ constructor prints a banner on file descriptor 1 once per process; in the CLI
+    it landed between mpplan's own lines.  A fresh process, so no earlier solve hid it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("highspy")
+    code = (
+        "from mpplan.capture.graph_file import load_graph\n"
+        "from mpplan.passes.remat import remat\n"
+        f"r = remat(load_graph({str(CHECKMATE / 'VGG16_256_224x224_train_nx.json')!r}), 'budget', budget=0.9, "
+        "solver='exact')\n"
+        "print('solved', r.solver)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [next(line for line in out.splitlines() if line.startswith("solved"))], out
+    assert "HiGHS" not in out

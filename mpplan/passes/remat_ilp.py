@@ -55,9 +55,12 @@ from __future__ import annotations
 import bisect
 import importlib.util
 import math
+import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mpplan.passes.remat_model import NEVER, RematModel, evaluate
 
@@ -424,11 +427,26 @@ def _anchor_sets(model: RematModel) -> list[list[int]]:
 # --- backends ------------------------------------------------------------------------
 
 
+def _quiet_highs(highspy: Any) -> Any:
+    """A ``highspy.Highs``, without the banner its C++ constructor writes to the process's
+    stdout (file descriptor 1, past ``sys.stdout``) the first time: it would land in the
+    middle of the CLI's output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solve_highspy(f: _Formulation, time_limit_s: float, warm: list[float] | None):
     import highspy
     import numpy as np
 
-    h = highspy.Highs()
+    h = _quiet_highs(highspy)
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", 0.0)
