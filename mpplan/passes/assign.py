@@ -8,10 +8,14 @@ overlap in memory.
 
 LOAD, the most bytes live at one step (after rounding sizes up to the
 alignment), bounds every arena from below.  ``assign_offsets(..., "auto")`` runs
-the cheap heuristics, stops at the first that reaches LOAD, and otherwise runs a
-branch and bound (``assign_search``) with a fixed node budget, keeping the best.
-Instances split at steps no range crosses are solved piece by piece, each piece
-only needing to fit under the global LOAD.
+the cheap heuristics and stops at the first that reaches LOAD.  Otherwise, piece by
+piece (instances split at steps no range crosses, each piece only needing to fit
+under the global LOAD), worst piece first, it tries in turn, each from the best
+packing so far and while the piece misses LOAD: bottom-up skyline packings under a
+few priority rules (``assign_skyline``), a squeaky-wheel search over their ranks
+(``assign_squeaky``), and a branch and bound (``assign_search``).  Every stage has
+a fixed work budget, so the result is deterministic and the cost bounded; only a
+better packing replaces the one kept, so ``auto`` is the best of what it tried.
 
 Parallel-safe plans.  A buffer may be reused only once the DAG orders its last
 reader before the new producer.  Stretching each range over the steps of the ops
@@ -36,6 +40,8 @@ from typing import Any, Literal
 from mpplan.passes.assign_heuristics import best_fit, greedy_by_size, overlap_pairs, time_neighbours
 from mpplan.passes.assign_objects import exact_objects, greedy_objects, size_objects
 from mpplan.passes.assign_search import search_offsets
+from mpplan.passes.assign_skyline import RANK_RULES, rank_by, skyline
+from mpplan.passes.assign_squeaky import round_cost, squeaky_wheel
 
 Record = tuple[int, int, int]
 MayShare = Callable[[int, int], bool]
@@ -48,8 +54,9 @@ OBJECT_ALGORITHMS: tuple[str, ...] = ("greedy", "dp")
 #: Default search budgets in work units: a placement (offsets) costs its piece's record
 #: count plus ``SEARCH_NODE_COST``; a join-or-open choice (objects) twice the record
 #: count.  Fixed numbers, not clock time, so plans are deterministic; each budget is
-#: a few seconds of one core at most (a unit is roughly 0.2-0.3 microseconds).
-SEARCH_WORK = 12_000_000
+#: a second or a few of one core at most (a unit is roughly 0.2-0.3 microseconds).
+#: The offset search comes after the skyline stages, which leave it the harder pieces.
+SEARCH_WORK = 4_000_000
 SEARCH_NODE_COST = 150
 OBJECT_SEARCH_WORK = 5_000_000
 #: Largest piece the offset search takes on (one dive costs O(piece^2)).
@@ -62,6 +69,15 @@ OBJECT_GREEDY_CHECKS = 5_000_000
 SEARCH_PREDICATE_LIMIT = 1_500
 #: ``auto`` skips greedy by size when ranges overlap in more pairs than this (it walks them all).
 GREEDY_PAIR_LIMIT = 5_000_000
+#: Budgets of the skyline rules and of the squeaky-wheel search, in ``round_cost`` units
+#: (one per record and per conflict-list entry of the piece packed; a unit is roughly
+#: 0.1-0.3 microseconds): one to two seconds of one core each at most.
+SKYLINE_WORK = 6_000_000
+SQUEAKY_WORK = 5_000_000
+#: The squeaky wheel runs only on pieces its budget gives at least this many rounds, and
+#: starts from one more skyline rule per this many rounds (up to all of them).
+SQUEAKY_MIN_ROUNDS = 10
+SQUEAKY_ROUNDS_PER_START = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +147,10 @@ def assign_offsets(
 
     ``"greedy_by_size"``: largest first into the best-fitting gap (TFLite).
     ``"best_fit"``: in lifetime order into the best-fitting free block.
-    ``"search"``: branch and bound from the better heuristic; exhaustive (exact)
-    when ``max_nodes`` suffices, best found otherwise.
-    ``"auto"``: heuristics, then the search only when they miss LOAD.
+    ``"search"``: all the heuristics, then, where they miss LOAD, skyline packings,
+    the squeaky-wheel search and the branch and bound; exhaustive (exact) when
+    ``max_nodes`` suffices, best found otherwise.
+    ``"auto"``: the same, stopping at the first stage that reaches LOAD.
     ``max_nodes`` bounds the search in placements (default: ``SEARCH_WORK`` divided
     by the size of the piece searched); zero-size records get offset 0.
     Deterministic: ties go to the lower record index.
@@ -248,7 +265,8 @@ def _result(offsets: Sequence[int], sizes: Sequence[int], load: int, algorithm: 
 
 
 def _pieces(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> list[list[int]]:
-    """Groups of non-empty records split at steps that no range crosses, in time order."""
+    """Groups of non-empty records split at steps that no range crosses, in time order;
+    each group by index, so that the stages, which break ties by local index, break them by id."""
     active = sorted((j for j in range(len(sizes)) if sizes[j]), key=lambda j: (first[j], j))
     pieces: list[list[int]] = []
     reach = None
@@ -258,7 +276,7 @@ def _pieces(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> 
             reach = last[j]
         pieces[-1].append(j)
         reach = max(reach, last[j])
-    return pieces
+    return [sorted(piece) for piece in pieces]
 
 
 def _portfolio(
@@ -271,7 +289,7 @@ def _portfolio(
     *,
     search_always: bool,
 ) -> OffsetAssignment:
-    """``auto`` and ``search``: the best heuristic per piece, then the search where it still misses."""
+    """``auto`` and ``search``: the best heuristic per piece, then the improving stages where it still misses."""
     active = [j for j in range(len(sizes)) if sizes[j]]
     candidates: list[tuple[str, list[int]]] = [("best_fit", best_fit(sizes, first, last, may_share=may_share))]
     heavy = overlap_pairs(first, last, active) > GREEDY_PAIR_LIMIT
@@ -299,27 +317,140 @@ def _portfolio(
         source.append(name)
         arena_of.append(_arena(offsets, sizes, members))
         minimal.append(arena_of[-1] <= load)
-    work = 0
-    limit = SEARCH_PREDICATE_LIMIT if may_share is not None else SEARCH_RECORD_LIMIT
-    # search the pieces that miss LOAD, worst first, while the budget lasts
-    for p in sorted(range(len(pieces)), key=lambda p: (-arena_of[p], p)):
-        size = len(pieces[p]) + SEARCH_NODE_COST
-        budget = (SEARCH_WORK - work) // size if max_nodes is None else max_nodes - work
-        if minimal[p] or budget <= 0 or len(pieces[p]) > limit:
-            continue
-        result = _search_piece(pieces[p], sizes, first, last, offsets, arena_of[p], load, may_share, budget)
-        work += result.nodes * (size if max_nodes is None else 1)
-        if result.arena < arena_of[p]:
-            for j, o in zip(pieces[p], result.offsets):
+    budget = _Budget(SKYLINE_WORK, SQUEAKY_WORK, SEARCH_WORK if max_nodes is None else max_nodes)
+    record_limit = SEARCH_PREDICATE_LIMIT if may_share is not None else SEARCH_RECORD_LIMIT
+
+    def adopt(p: int, found: _Found | None) -> None:
+        if found is not None and found.arena < arena_of[p]:
+            for j, o in zip(pieces[p], found.offsets):
                 offsets[j] = o
-            arena_of[p] = result.arena
-            source[p] = "search"
+            arena_of[p] = found.arena
+            source[p] = found.name
+
+    # improve the pieces that miss LOAD, worst first, while the budgets last
+    for p in sorted(range(len(pieces)), key=lambda p: (-arena_of[p], p)):
+        members = pieces[p]
+        searchable = len(members) <= record_limit and budget.search > 0
+        conflicts = None if minimal[p] else _conflicts(members, first, last, nbrs, may_share, budget, searchable)
+        if conflicts is None:
+            continue
+        local_sizes = [sizes[j] for j in members]
+        local_first, local_last = [first[j] for j in members], [last[j] for j in members]
+        packings = _skyline_stage(local_sizes, local_first, local_last, conflicts, load, budget)
+        if packings:
+            adopt(p, packings[0][0])
+        if packings and arena_of[p] > load:
+            adopt(p, _squeaky_stage(local_sizes, conflicts, [rank for _, rank in packings], load, budget))
+        minimal[p] = arena_of[p] <= load
+        size = len(members) + SEARCH_NODE_COST
+        nodes = budget.search // size if max_nodes is None else budget.search
+        if minimal[p] or not searchable or nodes <= 0:
+            continue
+        result = _search_piece(members, sizes, first, last, conflicts, offsets, arena_of[p], load, nodes)
+        budget.search -= result.nodes * (size if max_nodes is None else 1)
+        adopt(p, _Found(result.offsets, result.arena, "search"))
         minimal[p] = result.proven
     if not pieces:
         return _result(offsets, sizes, load, "best_fit", proven=True)
     worst = max(range(len(pieces)), key=lambda p: (arena_of[p], -p))
     # the worst piece alone needs the arena: proven there means proven overall
     return _result(offsets, sizes, load, source[worst], proven=minimal[worst])
+
+
+@dataclass(slots=True)
+class _Budget:
+    """Work left to each improving stage, spent across the pieces (mutable: one per call)."""
+
+    skyline: int
+    squeaky: int
+    search: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A stage's best packing of one piece: offsets in the piece's order, its arena, the stage."""
+
+    offsets: tuple[int, ...]
+    arena: int
+    name: str
+
+
+def _conflicts(
+    members: list[int],
+    first: list[int],
+    last: list[int],
+    nbrs: dict[int, list[int]],
+    may_share: MayShare | None,
+    budget: _Budget,
+    searchable: bool,
+) -> list[list[int]] | None:
+    """Conflict lists of one piece in local indices (the order of ``members``), or None
+    when no stage could afford them: building them costs as much as one skyline packing.
+
+    Overlaps in time come from ``nbrs`` when it was built, else from a sweep over the
+    piece; with a predicate, every pair disjoint in time is asked too (pieces of at
+    most ``SEARCH_PREDICATE_LIMIT`` records only).
+    """
+    if may_share is not None and len(members) > SEARCH_PREDICATE_LIMIT:
+        return None
+    entries = len(members) + 2 * overlap_pairs(first, last, members)
+    if not searchable and entries > budget.skyline and SQUEAKY_MIN_ROUNDS * entries > budget.squeaky:
+        return None
+    if not nbrs:
+        nbrs = time_neighbours(first, last, members)
+    local = {j: i for i, j in enumerate(members)}
+    conflicts = [[local[k] for k in nbrs[j]] for j in members]
+    if may_share is not None:
+        for a in range(len(members)):
+            for b in range(a + 1, len(members)):
+                i, j = members[a], members[b]
+                if (first[i] > last[j] or first[j] > last[i]) and not may_share(min(i, j), max(i, j)):
+                    conflicts[a].append(b)
+                    conflicts[b].append(a)
+    return conflicts
+
+
+def _skyline_stage(
+    sizes: list[int], first: list[int], last: list[int], conflicts: list[list[int]], load: int, budget: _Budget
+) -> list[tuple[_Found, list[int]]]:
+    """Skyline packings of a piece (local records) under ``RANK_RULES``, best first (ties in
+    rule order), each with its rank; stops at LOAD or when the next would overrun the budget."""
+    cost = round_cost(conflicts)
+    packings: list[tuple[_Found, list[int]]] = []
+    for rule in RANK_RULES:
+        if cost > budget.skyline or any(found.arena <= load for found, _ in packings):
+            break
+        budget.skyline -= cost
+        rank = rank_by(rule, sizes, first, last, conflicts)
+        packed = skyline(sizes, conflicts, rank)
+        packings.append((_Found(tuple(packed), _arena(packed, sizes), "skyline"), rank))
+    return sorted(packings, key=lambda packing: packing[0].arena)
+
+
+def _squeaky_stage(
+    sizes: list[int], conflicts: list[list[int]], starts: list[list[int]], load: int, budget: _Budget
+) -> _Found | None:
+    """Squeaky wheel on a piece (local records) towards LOAD, from the best skyline ranks in turn.
+
+    Where a search ends hinges on its start (even on how ties fell in it), so when the
+    budget affords ``SQUEAKY_ROUNDS_PER_START`` rounds per start, it is shared between
+    several starts, best rule first, rather than spent on one long search.
+    """
+    cost = round_cost(conflicts)
+    rounds = budget.squeaky // cost
+    if rounds < SQUEAKY_MIN_ROUNDS:
+        return None  # too few rounds to climb from the skyline packing it starts from
+    count = max(1, min(len(starts), rounds // SQUEAKY_ROUNDS_PER_START))
+    share = budget.squeaky // count
+    best: _Found | None = None
+    for start in starts[:count]:
+        result = squeaky_wheel(sizes, conflicts, start, target=load, budget=share)
+        budget.squeaky -= result.work
+        if best is None or result.arena < best.arena:
+            best = _Found(result.offsets, result.arena, "squeaky_wheel")
+        if best.arena <= load:
+            break
+    return best
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,26 +468,16 @@ def _search_piece(
     sizes: list[int],
     first: list[int],
     last: list[int],
+    conflicts: list[list[int]],
     offsets: list[int],
     arena: int,
     load: int,
-    may_share: MayShare | None,
     budget: int,
 ) -> _Scaled:
     """Run the branch and bound on one piece, in units of the gcd of its sizes."""
     unit = 0
     for j in members:
         unit = math.gcd(unit, sizes[j])
-    local = {j: i for i, j in enumerate(members)}
-    nbrs = time_neighbours(first, last, members)
-    conflicts = [[local[k] for k in nbrs[j]] for j in members]
-    if may_share is not None:
-        for a in range(len(members)):
-            for b in range(a + 1, len(members)):
-                i, j = members[a], members[b]
-                if (first[i] > last[j] or first[j] > last[i]) and not may_share(min(i, j), max(i, j)):
-                    conflicts[a].append(b)
-                    conflicts[b].append(a)
     result = search_offsets(
         [sizes[j] // unit for j in members],
         [first[j] for j in members],

@@ -70,9 +70,9 @@ def search_offsets(
     ``conflicts[j]`` lists the records that must not overlap ``j`` in memory and must
     include every record whose inclusive range ``first..last`` overlaps ``j``'s.
     Records of size 0 are ignored.  Phase one asks for ``lower_bound`` directly (its
-    tight bounds prune best) with three quarters of the budget; phase two, if that
-    fails, lowers the incumbent, each packing found tightening the target.  Stops
-    when nothing better can exist or after ``max_nodes`` placements.
+    tight bounds prune best) with half the budget; phase two, if that fails, lowers
+    the incumbent with the rest, each packing found tightening the target.
+    Stops when nothing better can exist or after ``max_nodes`` placements.
     """
     keep = [j for j, s in enumerate(sizes) if s > 0]
     best = list(incumbent)
@@ -94,24 +94,29 @@ def search_offsets(
     # small instances: one plain depth-first branch and bound settles them
     start = problem.n * problem.n if problem.n <= _PLAIN_DFS else 0
     phases = [lower_bound] if lower_bound < incumbent_arena - 1 else []
-    try:
-        # phase one aims straight at the bound (its tight bounds prune best); phase two
-        # improves on the incumbent, tightening the target with every packing it finds
-        for aim in phases + [None]:
-            discrepancies = start
+    # phase one aims straight at the bound (its tight bounds prune best) with half the
+    # budget; phase two improves on the incumbent, tightening the target with every
+    # packing it finds, with what is left (whatever phase one spent).  On pieces the
+    # heuristics leave far above the bound, phase one rarely gets there and the
+    # descending dives of phase two are what pays off.
+    for aim in phases + [None]:
+        limit = max_nodes // 2 if aim is not None else max_nodes
+        discrepancies = start
+        try:
             while best_arena > floor:
                 target = aim if aim is not None else best_arena - 1
                 found, exhaustive = None, False
                 for priority in _PRIORITIES:
-                    round_ = _Round(problem, priority, target, floor, discrepancies, max_nodes - spent)
+                    round_ = _Round(problem, priority, target, floor, discrepancies, limit - spent)
                     try:
-                        found = round_.run()
-                    finally:
+                        round_.run()
+                    finally:  # also when the budget runs out: keep what the round found
                         spent += round_.nodes
-                    if found is not None:
-                        best_arena = max(o + s for o, s in zip(found, problem.sizes))
-                        for i, j in enumerate(keep):
-                            best[j] = found[i]
+                        found = round_.best
+                        if found is not None:
+                            best_arena = max(o + s for o, s in zip(found, problem.sizes))
+                            for i, j in enumerate(keep):
+                                best[j] = found[i]
                     if not round_.cut:
                         exhaustive = True  # nothing at or below the round's final target exists
                         break
@@ -119,12 +124,12 @@ def search_offsets(
                         break
                 if exhaustive:
                     floor = max(floor, round_.target + 1)
-                if aim is not None and (found is not None or exhaustive or 4 * spent >= 3 * max_nodes):
-                    break  # on to phase two, with a quarter of the budget: LOAD is usually reachable
+                if aim is not None and (found is not None or exhaustive):
+                    break  # LOAD reached, or proven out of reach: on to phase two
                 if found is None:
                     discrepancies += 1
-    except _OutOfBudget:
-        pass
+        except _OutOfBudget:
+            pass  # this phase's share is spent (a round cut short keeps what it found)
     return SearchResult(tuple(best), best_arena, best_arena <= floor, spent)
 
 
@@ -186,6 +191,7 @@ class _Round:
         self.budget = budget
         self.nodes = 0
         self.cut = False
+        self.best: list[int] | None = None
         n, steps = problem.n, problem.steps
         self.sky = np.zeros(n, dtype=np.int64)
         self.placed = np.zeros(n, dtype=bool)
@@ -199,9 +205,9 @@ class _Round:
         """The best packing within the target, or None; sets ``cut`` if a child was skipped.
 
         Each packing found lowers the target below its arena, so the rest of the
-        round only looks for better ones; it stops early at ``floor``.
+        round only looks for better ones; it stops early at ``floor``.  The best so
+        far is also kept in ``best``, where it survives ``_OutOfBudget``.
         """
-        best = None
         if int(self.p.size.max()) > self.target or int(self.p.unplaced0.max()) > self.target:
             return None
         stack = [self._expand(level=0, previous=-1, spare=self.discrepancies)]
@@ -210,14 +216,14 @@ class _Round:
             if child is None:
                 stack.pop()
             elif len(stack) == self.p.n:
-                best = [int(x) for x in self.offset]
+                self.best = [int(x) for x in self.offset]
                 arena = int((self.offset + self.p.size).max())
                 if arena <= self.floor:
-                    return best
+                    return self.best
                 self.target = arena - 1
             else:
                 stack.append(child)
-        return best
+        return self.best
 
     def _expand(self, level: int, previous: int, spare: int) -> Iterator[Iterator]:
         """Yield, per feasible child, the expansion of that child with the child applied;
