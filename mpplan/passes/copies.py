@@ -30,7 +30,7 @@ from typing import Sequence
 from mpplan.errors import GraphError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.plan import Copy
-from mpplan.units import DTYPE_BYTES, dtype_bytes
+from mpplan.units import dtype_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +115,14 @@ def copy_bytes(tensor: Tensor, storage_bytes: int) -> int:
     """Bytes a copy of ``tensor`` moves and holds: its own elements when it is a view of
     known shape and dtype (a slice of a fused QKV output copies its third, not the whole),
     else its storage's (``storage_bytes``)."""
-    if tensor.alias_of is None:
+    if tensor.alias_of is None or tensor.nbytes:
         return tensor.nbytes
-    if tensor.nbytes:
-        return tensor.nbytes
-    if tensor.shape is None or tensor.dtype is None or tensor.dtype.removeprefix("torch.") not in DTYPE_BYTES:
+    if tensor.shape is None or tensor.dtype is None:
         return storage_bytes
-    return min(storage_bytes, math.prod(tensor.shape) * dtype_bytes(tensor.dtype))
+    try:
+        return min(storage_bytes, math.prod(tensor.shape) * dtype_bytes(tensor.dtype))
+    except ValueError:  # a dtype the graph file names but mpplan does not know
+        return storage_bytes
 
 
 def legalize(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> tuple[str, ...]:
@@ -209,8 +210,7 @@ def _relocated_views(
         if any(graph.tensors[t].name in outputs for t in topo.op_outputs[k]):
             continue
         (device,) = devices
-        written = any(t in topo.op_inputs[c] and graph.tensors[t].name in graph.ops[c].in_place
-                      for t in topo.op_outputs[k] for c in readers)
+        written = any(graph.tensors[t].name in graph.ops[c].in_place for t in topo.op_outputs[k] for c in readers)
         arrives = device in readers_on.get(source, ())
         in_use = (position[k], max(position[c] for c in readers))
         if device != home[s] and arrives and not written and not _written_within(writes.get(s, []), *in_use):
