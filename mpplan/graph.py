@@ -338,6 +338,17 @@ def _check_order(graph: Graph, preds: tuple[tuple[int, ...], ...]) -> None:
             )
 
 
+def is_pure_view(graph: Graph, k: int) -> bool:
+    """Whether op ``k`` only makes views: it reads something, and every output is a new
+    alias (not a tensor it also reads, as an in-place op's)."""
+    topo = graph.topology
+    op = graph.ops[k]
+    outs = topo.op_outputs[k]
+    return bool(topo.op_inputs[k]) and bool(outs) and all(
+        graph.tensors[t].alias_of is not None and graph.tensors[t].name not in op.inputs for t in outs
+    )
+
+
 def with_dynamic_grads(graph: Graph) -> Graph:
     """``graph`` with its parameters' gradients dynamic, as eager PyTorch holds ``.grad``.
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from mpplan.errors import GraphError
-from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.graph import Graph, Kind, Op, Tensor, is_pure_view
 from mpplan.plan import Copy
 from mpplan.units import dtype_bytes
 
@@ -164,7 +164,7 @@ def _home_devices(graph: Graph, order: Sequence[int], op_device: Sequence[str]) 
                 home[s] = op_device[k]
     for views_too in (False, True):
         for k in order:
-            if views_too or not _is_pure_view(graph, k):
+            if views_too or not is_pure_view(graph, k):
                 for s in topo.op_storages[k]:
                     if not home[s]:
                         home[s] = op_device[k]
@@ -190,7 +190,7 @@ def _relocated_views(
     for k in order:
         for name in graph.ops[k].in_place:
             writes.setdefault(topo.storage_of[topo.tensor_index[name]], []).append(position[k])
-    views = {k for k in order if _is_pure_view(graph, k)}
+    views = {k for k in order if is_pure_view(graph, k)}
     readers_on: dict[int, set[str]] = {}  # tensor -> devices of the non-view ops reading it
     for k in order:
         if k not in views:
@@ -224,20 +224,10 @@ def _written_within(steps: Sequence[int], first: int, last: int) -> bool:
     return i < len(steps) and steps[i] <= last
 
 
-def _is_pure_view(graph: Graph, k: int) -> bool:
-    """Every output of op ``k`` is a new view (an alias it does not also read)."""
-    topo = graph.topology
-    op = graph.ops[k]
-    outs = topo.op_outputs[k]
-    return bool(topo.op_inputs[k]) and bool(outs) and all(
-        graph.tensors[t].alias_of is not None and graph.tensors[t].name not in op.inputs for t in outs
-    )
-
-
 def _device_of(graph: Graph, k: int, op_device: Sequence[str], home: list[str]) -> str:
     """A pure view op runs where its base lives: a view allocates nothing, and its
     readers elsewhere then copy the view, not the whole base."""
-    if _is_pure_view(graph, k):
+    if is_pure_view(graph, k):
         return home[graph.topology.storage_of[graph.topology.op_inputs[k][0]]]
     return op_device[k]
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from mpplan import sim
 from mpplan.errors import InfeasibleError
-from mpplan.graph import Graph, Kind
+from mpplan.graph import Graph, Kind, is_pure_view
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.passes.liveness import live_ranges
 
@@ -64,10 +64,9 @@ def complete(graph: Graph, order: Sequence[int], anchors: Mapping[int, str]) -> 
         if k in label:
             continue
         label[k] = _follow(graph, k, label) or default
-    for k, op in enumerate(graph.ops):
-        ins = topo.op_inputs[k]
-        if op.outputs and ins and all(graph.tensor(t).alias_of is not None and t not in op.inputs for t in op.outputs):
-            producer = topo.producer[topo.storage_of[ins[0]]]
+    for k in range(len(graph.ops)):
+        if is_pure_view(graph, k):
+            producer = topo.producer[topo.storage_of[topo.op_inputs[k][0]]]
             if producer >= 0:
                 label[k] = label[producer]
     return tuple(label[k] for k in range(len(graph.ops)))
