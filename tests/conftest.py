@@ -19,7 +19,8 @@ CHECKMATE = SHARED_DATA / "checkmate_graphs"
 #: ``../shared``: these tests skip there, every other test runs.
 SHARED_DATA_REASON = (
     f"needs the Checkmate/Moccasin benchmark graphs in {CHECKMATE} (not in the repository): copy the "
-    "node-link JSON files of the data/ folder of github.com/haoming-codes/moccasin there (README.md, \"Benchmark data\")"
+    "node-link JSON files of the data/ folder of github.com/haoming-codes/moccasin there "
+    '(README.md, "Benchmark data")'
 )
 
 #: Marks a test (or a parametrized family) that reads ``../shared/data``: skipped, saying where to put it.
