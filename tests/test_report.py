@@ -71,6 +71,34 @@ def test_report_with_measurement_and_search_results(tmp_path):
     assert "<table>" in html and 'src="memory_timeline.png"' in html
 
 
+def test_candidates_figure_draws_no_prediction_at_a_step_time():
+    # regression: unmeasured candidates sat at 1.05 x the slowest measured step time, a time nobody measured
+    from mpplan.figures import _candidates_figure, _pyplot
+    from mpplan.report import candidate_rows
+
+    def result(key: str, status: str, peak: int, seconds: float | None) -> dict:
+        measured = {"devices": [{"name": "g0", "measured_peak_bytes": peak}], "step_time_s": seconds}
+        return {"key": key, "status": status, "predicted": {"max_peak_bytes": peak},
+                "measurement": measured if seconds else None}
+
+    rows = candidate_rows([result("a", "ok", 10 << 20, 0.3), result("b", "ok", 8 << 20, 0.5),
+                           result("d", "predicted_misfit", 90 << 20, None),
+                           result("e", "predicted_fit", 11 << 20, None),
+                           result("f", "predicted_fit", 12 << 20, None)])
+    plt = _pyplot()
+    fig = _candidates_figure(plt, rows)
+    timed, side = fig.axes
+    (points,) = [c.get_offsets().tolist() for c in timed.collections]
+    assert sorted(points) == [[0.3, 10.0], [0.5, 8.0]]  # measured only, at their measured time (MiB)
+    assert side.get_title() == "not measured: predicted peak" and "step time" not in side.get_xlabel()
+    drawn = {c.get_label(): sorted(y for _, y in c.get_offsets().tolist()) for c in side.collections}
+    assert drawn == {"predicted to fit": [11.0, 12.0], "predicted misfit or failed": [90.0]}
+    plt.close(fig)
+    measured_only = _candidates_figure(plt, rows[:2])
+    assert len(measured_only.axes) == 1
+    plt.close(measured_only)
+
+
 def test_pareto_front():
     points = [(10, 0.3), (8, 0.5), (12, 0.6), (5, 0.9), (9, 0.95)]
     assert pareto_front(points) == [(10, 0.3), (8, 0.5), (5, 0.9)]
