@@ -71,6 +71,12 @@ def _plan_facts(plan: Plan) -> list[str]:
     """One line each: placement and traffic; recomputation, when the plan recomputes."""
     placement = plan.settings.get("placement_chosen", "single")
     facts = [f"placement: {placement}; cross-device bytes per step: {_bytes(plan.cross_device_bytes)}"]
+    used = sorted(set(plan.placement.values()))
+    if placement == "shift" and len(used) == 1 and len(plan.devices) > 1:
+        facts.append(
+            f"shift moved no activation: everything stays on {used[0]}, since no single move lowered the "
+            "worst device's peak (docs/concepts.md, Placements); pipeline uses every device"
+        )
     if plan.remat:
         recomputed = sum(int(r.get("bytes", 0)) for r in plan.remat)
         facts.append(

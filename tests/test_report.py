@@ -12,7 +12,7 @@ from mpplan.cli import main
 from mpplan.config import Device
 from mpplan.figures import pareto_front
 from mpplan.planner import PlannerSettings, plan
-from mpplan.report import write_report
+from mpplan.report import plan_text, write_report
 from mpplan.timeline import Timeline, timeline
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -97,6 +97,18 @@ def test_candidates_figure_draws_no_prediction_at_a_step_time():
     measured_only = _candidates_figure(plt, rows[:2])
     assert len(measured_only.axes) == 1
     plt.close(measured_only)
+
+
+def test_a_shift_that_moved_nothing_says_why_it_uses_one_device():
+    graph = chain(6, nbytes=1 << 20)
+    devices = [Device("g0", 64 << 20), Device("g1", 64 << 20)]
+    kept = plan(graph, devices, PlannerSettings(placement="shift", shift_activations=()))
+    assert set(kept.placement.values()) == {"g0"}
+    text = plan_text(kept, {})
+    assert "shift moved no activation: everything stays on g0" in text and "docs/concepts.md" in text
+    moved = plan(graph, devices, PlannerSettings(placement="shift", shift_activations=("t2",)))
+    assert set(moved.placement.values()) == {"g0", "g1"} and "shift moved no" not in plan_text(moved, {})
+    assert "shift moved no" not in plan_text(plan(graph, devices, PlannerSettings(placement="pipeline")), {})
 
 
 def test_pareto_front():
