@@ -21,6 +21,7 @@ import yaml
 from mpplan import sim
 from mpplan.errors import ConfigError, MpplanError
 from mpplan.graph import Graph
+from mpplan.outputs import output_folder
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mpplan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="mpplan", description=__doc__.splitlines()[0].replace("``", ""))
     from mpplan import __version__
 
     parser.add_argument("--version", action="version", version=f"mpplan {__version__}")
@@ -57,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = verbs.add_parser("plan", help="plan memory and write plan.json")
     plan.add_argument("config", help="a run config (YAML)")
-    plan.add_argument("--out", help="output folder (default: the config's output.dir)")
+    plan.add_argument("--out", help="output folder (default: the config's output.dir/plan)")
     _add_set(plan)
     plan.set_defaults(func=cmd_plan)
 
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = verbs.add_parser("run", help="plan, execute the plan for real, measure it against eager PyTorch")
     run.add_argument("config", help="a run config with model.torch")
-    run.add_argument("--out", help="output folder (default: the config's output.dir)")
+    run.add_argument("--out", help="output folder (default: the config's output.dir/run)")
     run.add_argument("--no-arena", action="store_true", help="let the allocator place tensors instead of the arena")
     run.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
     run.add_argument("--warmup", type=int, default=1, help="untimed steps first")
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("config", help="a run config with a search section")
     search.add_argument("--address", help="Ray cluster to join: auto or ray://host:port (default: embedded Ray)")
     search.add_argument("--resume", action="store_true", help="continue a search in --out, skipping finished candidates")
-    search.add_argument("--out", help="output folder (default: the config's output.dir)")
+    search.add_argument("--out", help="output folder (default: the config's output.dir; plan, run: subfolders)")
     _add_set(search)
     search.set_defaults(func=cmd_search)
 
@@ -128,18 +129,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from mpplan.config import load_config, resolve_devices
     from mpplan.plan import save_plan
     from mpplan.planner import PlannerSettings, plan
-    from mpplan.report import plan_text
+    from mpplan.report import misfit_text, plan_outcome, plan_text
     from mpplan.verify import verify
 
     config = load_config(args.config, args.set)
     devices = resolve_devices(config)
     if not devices:
         raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
+    out = output_folder("plan", args.out, config.output.dir)
     graph = graph_from_config(config)
     settings = PlannerSettings.from_config(config.planner)
     result = plan(graph, devices, settings)
     verify(graph, result, check_capacity=False)  # a misfit is still a correct plan: exit 3 below
-    out = _out_dir(args.out, config.output.dir)
     path = save_plan(result, out / "plan.json")
     static = sim.static_bytes(graph)
     baselines = {
@@ -152,11 +153,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     baselines["this plan"] = result.max_peak_bytes
     print(plan_text(result, baselines))
     report = _write_plan_report(graph, result, out, baselines)
-    print(f"\nplan written to {path} (verified); report: {report}")
-    misfits = result.misfits
-    if misfits:
-        name, missing = max(misfits, key=lambda m: m[1])
-        print(f"mpplan: error: device {name} needs {missing} bytes more than its capacity", file=sys.stderr)
+    print(f"\n{plan_outcome(result, path, report)}")
+    if result.misfits:
+        print(f"mpplan: error: does not fit: {misfit_text(result)}", file=sys.stderr)
         op, touched = sim.largest_op(graph)
         if touched > max(d.capacity_bytes for d in result.devices):
             print(
@@ -228,8 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.steps < 1 or args.warmup < 0:
         raise ConfigError("--steps must be at least 1 and --warmup at least 0")
     config = load_config(args.config, args.set)
+    out = output_folder("run", args.out, config.output.dir)
     result = run_config(config, arena=not args.no_arena, steps=args.steps, warmup=args.warmup)
-    out = _out_dir(args.out, config.output.dir)
     save_plan(result.plan, out / "plan.json")
     data = result.measurement.to_dict()
     write_json_atomic(data, out / "measurement.json")
@@ -337,13 +336,6 @@ def _is_config(path: Path) -> bool:
     except yaml.YAMLError:
         return False
     return isinstance(data, dict) and "model" in data
-
-
-def _out_dir(cli_value: str | None, config_value: str) -> Path:
-    out = Path(cli_value or config_value)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out: {out} exists and is not a folder")
-    return out
 
 
 if __name__ == "__main__":

@@ -87,37 +87,53 @@ def device_bars(plan: Plan, path: Path, measured: dict[str, int] | None = None) 
 
 
 def candidates(results: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Search candidates (``report.candidate_rows``) as peak memory against step time, the Pareto front
-    drawn; candidates never measured sit in a column on the right at their predicted peak."""
+    """Search candidates (``report.candidate_rows``): measured ones as peak memory against step time,
+    the Pareto front drawn; those never measured have no step time, so they get a panel of their own
+    on the right, at their *predicted* peak, labelled as predictions."""
     plt = _pyplot()
-    ok = [(r["peak_bytes"], r["step_time_s"]) for r in results if r["status"] == "ok"
-          and r["peak_bytes"] is not None and r["step_time_s"] is not None]
-    unmeasured = [r["peak_bytes"] for r in results if r["status"] == "predicted_fit" and r["peak_bytes"] is not None]
-    misfit = [r["peak_bytes"] for r in results
-              if r["status"] not in ("ok", "predicted_fit") and r["peak_bytes"] is not None]
-    top = max([p for p, _ in ok] + misfit + unmeasured + [1])
-    scale, unit = _unit(top)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    if ok:
-        ax.scatter([t for _, t in ok], [p / scale for p, _ in ok], color="#3b82f6", label="measured")
-        front = pareto_front(ok)
-        ax.plot([t for _, t in front], [p / scale for p, _ in front], color="#111827", lw=1.2,
-                drawstyle="steps-post", label="Pareto front")
-    x = max([t for _, t in ok], default=1.0) * 1.05
-    if unmeasured:
-        ax.scatter([x] * len(unmeasured), [p / scale for p in unmeasured], marker="o", facecolors="none",
-                   edgecolors="#6b7280", label="not measured (predicted peak)")
-    if misfit:
-        ax.scatter([x] * len(misfit), [p / scale for p in misfit], marker="x", color="#dc2626",
-                   label="misfit / failed (predicted peak)")
-    ax.set_xlabel("step time (s)")
-    ax.set_ylabel(f"peak memory ({unit})")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig = _candidates_figure(plt, results)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _candidates_figure(plt: Any, results: Sequence[dict[str, Any]]) -> Any:
+    measured = [(r["peak_bytes"], r["step_time_s"]) for r in results if r["status"] == "ok" and r.get("measured", True)
+                and r["peak_bytes"] is not None and r["step_time_s"] is not None]
+    predicted = {
+        "predicted to fit": [r["peak_bytes"] for r in results
+                             if r["status"] == "predicted_fit" and r["peak_bytes"] is not None],
+        "predicted misfit or failed": [r["peak_bytes"] for r in results if r["status"] not in ("ok", "predicted_fit")
+                                       and r["peak_bytes"] is not None],
+    }
+    predicted = {label: peaks for label, peaks in predicted.items() if peaks}
+    top = max([p for p, _ in measured] + [p for peaks in predicted.values() for p in peaks] + [1])
+    scale, unit = _unit(top)
+    if predicted:
+        fig, (ax, side) = plt.subplots(1, 2, figsize=(8, 4.2), sharey=True, gridspec_kw={"width_ratios": [3, 1]})
+    else:
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    if measured:
+        ax.scatter([t for _, t in measured], [p / scale for p, _ in measured], color="#3b82f6", label="measured")
+        front = pareto_front(measured)
+        ax.plot([t for _, t in front], [p / scale for p, _ in front], color="#111827", lw=1.2,
+                drawstyle="steps-post", label="Pareto front")
+        ax.legend(fontsize=8)
+    ax.set_title("measured", fontsize=9)
+    ax.set_xlabel("step time (s)")
+    ax.set_ylabel(f"peak memory ({unit})")
+    ax.grid(alpha=0.3)
+    if predicted:
+        styles = {"predicted to fit": {"marker": "o", "facecolors": "none", "edgecolors": "#6b7280"},
+                  "predicted misfit or failed": {"marker": "x", "color": "#dc2626"}}
+        for x, (label, peaks) in enumerate(predicted.items()):
+            side.scatter([x] * len(peaks), [p / scale for p in peaks], label=label, **styles[label])
+        side.set_xticks(range(len(predicted)), [label.replace(" ", "\n", 1) for label in predicted], fontsize=8)
+        side.set_xlim(-0.6, len(predicted) - 0.4)
+        side.set_title("not measured: predicted peak", fontsize=9)
+        side.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def pareto_front(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:

@@ -23,6 +23,7 @@ import enum
 import hashlib
 import json
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -370,3 +371,59 @@ def with_dynamic_grads(graph: Graph) -> Graph:
     )
     outputs = (*graph.outputs, *(g for g in grads if g not in graph.outputs))
     return Graph(graph.name, tensors, graph.ops, outputs).validate()
+
+
+def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
+    """``graph`` with its ops listed in ``order`` (op ids of ``graph``), op ``i`` replaced by
+    ``ops[i]``, which must read and write exactly what ``graph.ops[order[i]]`` does (a new
+    device, say); the tensors stay as they are.
+
+    The topology is carried over, permuted, instead of rebuilt from the names: tensor ids
+    are unchanged, so only the op-indexed parts move.  The dependencies are derived again
+    for the new listing, as ``_build_topology`` derives them, and the listing is checked
+    against them (``GraphError`` naming the op listed too early), so the result is the
+    graph ``Graph(graph.name, graph.tensors, tuple(ops), graph.outputs).validate()`` would
+    give, at a fraction of the cost on large graphs.
+    """
+    topo = graph.topology
+    if len(order) != len(topo.op_inputs) or len(ops) != len(order) or sorted(order) != list(range(len(order))):
+        raise GraphError(f"graph {graph.name!r}: an order must list each of its {len(topo.op_inputs)} ops once")
+    for k, op in zip(order, ops):
+        old = graph.ops[k]
+        if (op.name, op.inputs, op.outputs) != (old.name, old.inputs, old.outputs):
+            raise ValueError(f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs")
+    new = Graph(graph.name, graph.tensors, tuple(ops), graph.outputs)
+    position = [0] * len(order)
+    for i, k in enumerate(order):
+        position[k] = i
+    op_inputs = tuple(topo.op_inputs[k] for k in order)
+    op_outputs = tuple(topo.op_outputs[k] for k in order)
+    producer = tuple(p if p < 0 else position[p] for p in topo.producer)
+    preds = _dependencies(op_inputs, op_outputs, producer, topo.storage_of)
+    for i, ps in enumerate(preds):
+        if any(p > i for p in ps):
+            late = next(p for p in ps if p > i)
+            raise GraphError(
+                f"op {new.ops[i].name!r}: listed before op {new.ops[late].name!r} it depends on; "
+                "list ops in a valid execution order"
+            )
+    succs: list[list[int]] = [[] for _ in order]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    new.__dict__["topology"] = Topology(  # where the cached property keeps what ``topology`` would return
+        tensor_index=topo.tensor_index,
+        op_index={op.name: i for i, op in enumerate(new.ops)},
+        storage_of=topo.storage_of,
+        nbytes=topo.nbytes,
+        is_static=topo.is_static,
+        producer=producer,
+        consumers=tuple(tuple(sorted(position[c] for c in cs)) if cs else () for cs in topo.consumers),
+        op_inputs=op_inputs,
+        op_outputs=op_outputs,
+        op_storages=tuple(topo.op_storages[k] for k in order),
+        preds=preds,
+        succs=tuple(tuple(s) for s in succs),
+        output_storages=topo.output_storages,
+    )
+    return new

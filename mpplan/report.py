@@ -33,8 +33,15 @@ def summary_text(summary: GraphSummary) -> str:
         ("largest op working set", _bytes(summary.max_op_working_set_bytes)),
         ("as-given peak (free at last use)", _bytes(summary.as_given_peak_bytes)),
     ]
-    rows += [(f"  {kind}", _bytes(n)) for kind, n in summary.bytes_by_kind.items()]
-    return f"graph {summary.name} ({summary.hash})\n" + format_table(("", "value"), rows)
+    # The totals by kind are sums over every tensor of the step, not a breakdown of the peak:
+    # their own table, so they do not read as one.
+    kinds = [(kind, _bytes(n)) for kind, n in summary.bytes_by_kind.items()]
+    return (
+        f"graph {summary.name} ({summary.hash})\n"
+        + format_table(("", "value"), rows)
+        + "\n\n"
+        + format_table(("tensor kind", "bytes, all tensors of the step"), kinds)
+    )
 
 
 def plan_text(plan: Plan, baselines: dict[str, int]) -> str:
@@ -64,6 +71,12 @@ def _plan_facts(plan: Plan) -> list[str]:
     """One line each: placement and traffic; recomputation, when the plan recomputes."""
     placement = plan.settings.get("placement_chosen", "single")
     facts = [f"placement: {placement}; cross-device bytes per step: {_bytes(plan.cross_device_bytes)}"]
+    used = sorted(set(plan.placement.values()))
+    if placement == "shift" and len(used) == 1 and len(plan.devices) > 1:
+        facts.append(
+            f"shift moved no activation: everything stays on {used[0]}, since no single move lowered the "
+            "worst device's peak (docs/concepts.md, Placements); pipeline uses every device"
+        )
     if plan.remat:
         recomputed = sum(int(r.get("bytes", 0)) for r in plan.remat)
         facts.append(
@@ -75,6 +88,29 @@ def _plan_facts(plan: Plan) -> list[str]:
 
 def _bytes(n: int) -> str:
     return f"{format_size(n)} ({n})"
+
+
+def misfit_text(plan: Plan) -> str:
+    """Every device whose peak exceeds its capacity, with by how much, in human sizes
+    (``""`` when the plan fits): the line a user reads to size the devices or the batch."""
+    return "; ".join(
+        f"{d.name} needs {format_size(d.peak_bytes - d.capacity_bytes)} ({d.peak_bytes - d.capacity_bytes} bytes) "
+        f"more than its capacity of {format_size(d.capacity_bytes)} (peak {format_size(d.peak_bytes)})"
+        for d in plan.devices
+        if d.peak_bytes > d.capacity_bytes
+    )
+
+
+def plan_outcome(plan: Plan, path: Path, report: Path) -> str:
+    """The summary line of ``mpplan plan``: whether it fits comes first, then where the plan went."""
+    misfits = misfit_text(plan)
+    if not misfits:
+        return f"plan written to {path} (verified); report: {report}"
+    over = sum(d.peak_bytes > d.capacity_bytes for d in plan.devices)
+    return (
+        f"does not fit on {over} of {len(plan.devices)} device(s): {misfits}\n"
+        f"the best plan found (verified, capacities aside) is written to {path}; report: {report}"
+    )
 
 
 # --- written reports -------------------------------------------------------------------------

@@ -12,7 +12,33 @@ from mpplan.graph import Graph, Kind, Op, Tensor
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-CHECKMATE = SHARED / "data" / "checkmate_graphs"
+SHARED_DATA = SHARED / "data"
+CHECKMATE = SHARED_DATA / "checkmate_graphs"
+
+#: Why a test that reads the benchmark graphs skipped, and where the graphs go.  A clone has no
+#: ``../shared``: these tests skip there, every other test runs.
+SHARED_DATA_REASON = (
+    f"needs the Checkmate/Moccasin benchmark graphs in {CHECKMATE} (not in the repository): copy the "
+    "node-link JSON files of the data/ folder of github.com/haoming-codes/moccasin there "
+    '(README.md, "Benchmark data")'
+)
+
+#: Marks a test (or a parametrized family) that reads ``../shared/data``: skipped, saying where to put it.
+needs_shared_data = pytest.mark.skipif(not CHECKMATE.is_dir(), reason=SHARED_DATA_REASON)
+
+
+def shared_data_files(pattern: str) -> list[Path]:
+    """The benchmark graphs matching ``pattern`` (sorted), or none when the data is absent: parametrize
+    over them under ``needs_shared_data``."""
+    return sorted(CHECKMATE.glob(pattern)) if CHECKMATE.is_dir() else []
+
+
+def shared_data(name: str) -> Path:
+    """The benchmark graph file ``name``, or skip the calling test, saying where to put the data."""
+    path = CHECKMATE / name
+    if not path.is_file():
+        pytest.skip(SHARED_DATA_REASON)
+    return path
 
 
 def chain(n: int, nbytes: int = 64) -> Graph:

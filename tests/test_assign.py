@@ -13,7 +13,7 @@ import random
 import re
 
 import pytest
-from conftest import CHECKMATE
+from conftest import needs_shared_data, shared_data_files
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -527,10 +527,10 @@ def test_search_that_runs_out_in_phase_one_still_lowers_the_incumbent() -> None:
     assert found.nodes <= 2_000 + 2  # each phase counts the placement that finds its share spent
 
 
-RANDOM_LAYERED = sorted(CHECKMATE.glob("random_layered_n*.json")) if CHECKMATE.exists() else []
+RANDOM_LAYERED = shared_data_files("random_layered_n*.json")
 
 
-@pytest.mark.skipif(not RANDOM_LAYERED, reason="shared/data/checkmate_graphs not present")
+@needs_shared_data
 @pytest.mark.parametrize("size", ["n100", "n250"])
 def test_auto_packs_random_layered_graphs_near_load(size: str) -> None:
     # regression: auto ended 7-14 % above LOAD on these (greedy by size's packing kept,
@@ -573,10 +573,10 @@ def _random_order(graph, seed: int) -> list[int]:
     return order
 
 
-REAL_NETWORKS = sorted(p for p in CHECKMATE.glob("*_nx.json")) if CHECKMATE.exists() else []
+REAL_NETWORKS = shared_data_files("*_nx.json")
 
 
-@pytest.mark.skipif(not REAL_NETWORKS, reason="shared/data/checkmate_graphs not present")
+@needs_shared_data
 @pytest.mark.parametrize("path", REAL_NETWORKS, ids=lambda p: p.stem)
 def test_auto_reaches_load_on_real_networks(path) -> None:
     from mpplan.capture.nodelink import graph_from_node_link

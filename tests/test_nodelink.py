@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from conftest import CHECKMATE, needs_shared_data, shared_data_files
 from mpplan.capture.graph_file import load_graph
 from mpplan.capture.nodelink import graph_from_node_link
 from mpplan.errors import GraphError, GraphFileError
 from mpplan.graph import Kind
 
-#: The shared data set: ``shared/`` sits beside the repository checkout.
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "checkmate_graphs"
-FILES = sorted(SHARED_DATA.glob("*.json")) if SHARED_DATA.is_dir() else []
-needs_data = pytest.mark.skipif(not FILES, reason=f"shared data not found at {SHARED_DATA}")
+#: The shared data set: ``shared/`` sits beside the repository checkout (absent from a clone: skipped).
+SHARED_DATA = CHECKMATE
+FILES = shared_data_files("*.json")
+needs_data = needs_shared_data
 
 
 @needs_data

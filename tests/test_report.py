@@ -12,7 +12,7 @@ from mpplan.cli import main
 from mpplan.config import Device
 from mpplan.figures import pareto_front
 from mpplan.planner import PlannerSettings, plan
-from mpplan.report import write_report
+from mpplan.report import plan_text, write_report
 from mpplan.timeline import Timeline, timeline
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -69,6 +69,46 @@ def test_report_with_measurement_and_search_results(tmp_path):
         assert_picture(tmp_path / name)
     html = (tmp_path / "report.html").read_text()
     assert "<table>" in html and 'src="memory_timeline.png"' in html
+
+
+def test_candidates_figure_draws_no_prediction_at_a_step_time():
+    # regression: unmeasured candidates sat at 1.05 x the slowest measured step time, a time nobody measured
+    from mpplan.figures import _candidates_figure, _pyplot
+    from mpplan.report import candidate_rows
+
+    def result(key: str, status: str, peak: int, seconds: float | None) -> dict:
+        measured = {"devices": [{"name": "g0", "measured_peak_bytes": peak}], "step_time_s": seconds}
+        return {"key": key, "status": status, "predicted": {"max_peak_bytes": peak},
+                "measurement": measured if seconds else None}
+
+    rows = candidate_rows([result("a", "ok", 10 << 20, 0.3), result("b", "ok", 8 << 20, 0.5),
+                           result("d", "predicted_misfit", 90 << 20, None),
+                           result("e", "predicted_fit", 11 << 20, None),
+                           result("f", "predicted_fit", 12 << 20, None)])
+    plt = _pyplot()
+    fig = _candidates_figure(plt, rows)
+    timed, side = fig.axes
+    (points,) = [c.get_offsets().tolist() for c in timed.collections]
+    assert sorted(points) == [[0.3, 10.0], [0.5, 8.0]]  # measured only, at their measured time (MiB)
+    assert side.get_title() == "not measured: predicted peak" and "step time" not in side.get_xlabel()
+    drawn = {c.get_label(): sorted(y for _, y in c.get_offsets().tolist()) for c in side.collections}
+    assert drawn == {"predicted to fit": [11.0, 12.0], "predicted misfit or failed": [90.0]}
+    plt.close(fig)
+    measured_only = _candidates_figure(plt, rows[:2])
+    assert len(measured_only.axes) == 1
+    plt.close(measured_only)
+
+
+def test_a_shift_that_moved_nothing_says_why_it_uses_one_device():
+    graph = chain(6, nbytes=1 << 20)
+    devices = [Device("g0", 64 << 20), Device("g1", 64 << 20)]
+    kept = plan(graph, devices, PlannerSettings(placement="shift", shift_activations=()))
+    assert set(kept.placement.values()) == {"g0"}
+    text = plan_text(kept, {})
+    assert "shift moved no activation: everything stays on g0" in text and "docs/concepts.md" in text
+    moved = plan(graph, devices, PlannerSettings(placement="shift", shift_activations=("t2",)))
+    assert set(moved.placement.values()) == {"g0", "g1"} and "shift moved no" not in plan_text(moved, {})
+    assert "shift moved no" not in plan_text(plan(graph, devices, PlannerSettings(placement="pipeline")), {})
 
 
 def test_pareto_front():

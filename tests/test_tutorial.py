@@ -54,7 +54,7 @@ def test_one_gpu_does_not_fit_and_says_by_how_much(capsys, tmp_path):
 
     code, out, err = cli(capsys, "plan", str(ONE_GPU), "--out", str(tmp_path / "one"))
     assert code == 3
-    missing = int(re.search(r"device cuda:0 needs (\d+) bytes more than its capacity", err).group(1))
+    missing = int(re.search(r"cuda:0 needs [\d.]+ \w+ \((\d+) bytes\) more than its capacity", err).group(1))
     plan = json.loads((tmp_path / "one" / "plan.json").read_text())  # the best infeasible plan is still written
     (device,) = plan["devices"]
     assert device["capacity_bytes"] == 24 * MiB
@@ -178,9 +178,9 @@ def test_the_tutorials_python_block_runs_as_written(four, monkeypatch, capsys):
     """The ```python block of docs/tutorial.md, verbatim but for the plan's folder, prints what the tutorial shows."""
     text = TUTORIAL.read_text()
     (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert '"runs/tutorial_four_gpus/plan.json"' in block
+    assert '"runs/tutorial_four_gpus/plan/plan.json"' in block
     monkeypatch.chdir(REPO)
-    code = compile(block.replace("runs/tutorial_four_gpus/plan.json", str(four / "plan.json")), "tutorial.md", "exec")
+    code = compile(block.replace("runs/tutorial_four_gpus/plan/plan.json", str(four / "plan.json")), "tutorial.md", "exec")
     exec(code, {})  # noqa: S102 - the tutorial's own code, run as a reader would
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] in text  # the placement dict, as quoted

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from mpplan.errors import GraphError
-from mpplan.graph import Graph, Kind, Op, Tensor, is_pure_view
+from mpplan.graph import Graph, Kind, Op, Tensor, is_pure_view, reordered
 from mpplan.plan import Copy
 from mpplan.units import dtype_bytes
 
@@ -53,6 +53,25 @@ class Placed:
 
 def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> Placed:
     """Insert the copies ``order`` needs under ``op_device`` (one device name per op id)."""
+    if len(set(op_device)) == 1:
+        return _on_one_device(graph, order, op_device[0])
+    return _with_copies(graph, order, op_device)
+
+
+def _on_one_device(graph: Graph, order: Sequence[int], device: str) -> Placed:
+    """Everything on ``device``: every storage's home, so no copy and no relocated view; the
+    graph is only listed in ``order``, each op marked with the device (what ``_with_copies``
+    returns then, without its per-op bookkeeping or a rebuilt topology)."""
+    ops = [graph.ops[k] for k in order]
+    marked = [
+        op if op.device == device else Op(op.name, op.type, op.inputs, op.outputs, op.cost, device, op.backward_of,
+                                          op.module, op.stage, op.recompute_of)
+        for op in ops
+    ]
+    return Placed(reordered(graph, order, marked), (device,) * len(order), (device,) * len(graph.tensors), ())
+
+
+def _with_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> Placed:
     topo = graph.topology
     home = _home_devices(graph, order, op_device)
     relocated = _relocated_views(graph, order, op_device, home)

@@ -1,0 +1,68 @@
+"""Copy injection on one device, and the reordered graph it returns: the shortcut gives exactly
+what the general pass and a rebuilt topology give (the general pass's rules are in test_place.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import chain
+from mpplan.errors import GraphError
+from mpplan.graph import Graph, Op, _build_topology, reordered
+from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies
+from strategies import graphs
+
+
+def random_order(graph: Graph, rng: random.Random) -> list[int]:
+    """A uniformly drawn ready op at each step: a random topological order of ``graph``."""
+    topo = graph.topology
+    missing = [len(p) for p in topo.preds]
+    ready = [k for k, m in enumerate(missing) if m == 0]
+    order = []
+    while ready:
+        k = ready.pop(rng.randrange(len(ready)))
+        order.append(k)
+        for s in topo.succs[k]:
+            missing[s] -= 1
+            if missing[s] == 0:
+                ready.append(s)
+    return order
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(max_ops=14), st.integers(0, 2**16))
+def test_one_device_shortcut_is_the_general_pass(graph: Graph, seed: int) -> None:
+    order = random_order(graph, random.Random(seed))
+    fast = inject_copies(graph, order, ["gpu0"] * len(graph.ops))
+    general = _with_copies(graph, order, ["gpu0"] * len(graph.ops))
+    assert fast == general  # graph (ops, tensors, outputs), devices, copies
+    assert fast.graph.topology == _build_topology(general.graph)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=14), st.integers(0, 2**16))
+def test_reordered_topology_is_the_rebuilt_one(graph: Graph, seed: int) -> None:
+    order = random_order(graph, random.Random(seed))
+    ops = [graph.ops[k] for k in order]
+    assert reordered(graph, order, ops).topology == Graph(graph.name, graph.tensors, tuple(ops), graph.outputs).topology
+
+
+def test_reordered_rejects_an_order_that_breaks_a_dependency() -> None:
+    graph = chain(3)
+    with pytest.raises(GraphError, match="op 'op2': listed before op 'op1' it depends on"):
+        reordered(graph, [0, 2, 1], [graph.ops[k] for k in (0, 2, 1)])
+    with pytest.raises(GraphError, match="each of its 3 ops once"):
+        reordered(graph, [0, 1, 1], [graph.ops[k] for k in (0, 1, 1)])
+    with pytest.raises(ValueError, match="keeps each op's name, inputs and outputs"):
+        reordered(graph, [0, 1, 2], [graph.ops[0], graph.ops[1], Op("other", "f", ("t1",), ("t2",))])
+
+
+def test_one_device_marks_each_op_and_copies_nothing() -> None:
+    graph = chain(4)
+    order = list(range(4))
+    placed = _on_one_device(graph, order, "gpu3")
+    assert [op.device for op in placed.graph.ops] == ["gpu3"] * 4
+    assert placed.copies == () and set(placed.storage_device) == {"gpu3"} and placed.op_device == ("gpu3",) * 4
