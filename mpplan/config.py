@@ -642,7 +642,9 @@ def _convert(hint: Any, value: Any, source: str, key: str) -> Any:
             raise ConfigError(f"{source}: {key}: expected an integer of at most 2**62, got {_show(value)}")
         return value
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > MAX_INT:
+            raise ConfigError(f"{source}: {key}: expected a number of at most 2**62, got {_show(value)}")
+        if not math.isfinite(value):
             raise ConfigError(f"{source}: {key}: expected a finite number, got {_show(value)}")
         return float(value)
     if hint is str:

@@ -10,7 +10,6 @@ the device of its first forward op, in forward order: what exports need.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +195,15 @@ def load_plan(path: str | Path) -> Plan:
     except DocumentError as exc:
         raise PlanError(f"{path}: {exc}") from None
     return Plan.from_dict(data, str(path))
+
+
+def check_plan_graph(plan: Plan, graph: Any, source: str) -> None:
+    """A plan made for another graph is bad input (``PlanError``, exit 2), not a failed verification."""
+    if plan.graph_hash != graph.content_hash:
+        raise PlanError(
+            f"{source}: graph.hash: the plan is for graph {plan.graph_name!r} (hash {plan.graph_hash[:12]}), "
+            f"the graph given is {graph.name!r} (hash {graph.content_hash[:12]}); plan it again for this graph"
+        )
 
 
 def write_json_atomic(data: Any, path: str | Path) -> Path:
