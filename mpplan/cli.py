@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
 from mpplan import sim
 from mpplan.errors import ConfigError, MpplanError
 from mpplan.graph import Graph
@@ -39,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # an output folder that cannot be written, a full disk: the user's to fix, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"mpplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -186,35 +188,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _report_folder(source: Path, *, html: bool) -> Path:
     """Write the report of a plan file, a plan's folder or a search's folder (its best plan and candidates)."""
-    from mpplan.plan import load_plan
-    from mpplan.report import write_report
-    from mpplan.timeline import Timeline
+    from mpplan.report_folder import write_folder_report
 
-    folder = source if source.is_dir() else source.parent
-    results = None
-    if (folder / "results.jsonl").is_file():
-        results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
-        plan_path = folder / "best" / "plan.json"
-    else:
-        plan_path = source if source.is_file() else folder / "plan.json"
-    plan = load_plan(plan_path)
-    here = plan_path.parent
-
-    def optional(name: str):
-        path = here / name
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    timeline_data = optional("timeline.json")
-    measurement = optional("measurement.json") or (optional("result.json") or {}).get("measurement")
-    return write_report(
-        folder,
-        plan,
-        timeline=Timeline.from_dict(timeline_data) if timeline_data else None,
-        measurement=measurement,
-        baselines=optional("baselines.json"),
-        results=results,
-        html=html,
-    )
+    return write_folder_report(source, html=html)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -299,11 +275,12 @@ def _write_best_timeline(config, overrides: dict, plan_path: Path) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from mpplan.plan import load_plan
+    from mpplan.plan import check_plan_graph, load_plan
     from mpplan.verify import verify
 
     plan = load_plan(args.plan)
     graph = _graph_from(args.config or args.graph, args.set)
+    check_plan_graph(plan, graph, args.plan)
     report = verify(graph, plan)
     print(f"{args.plan}: ok ({report.ops} ops, {report.buffers} buffers, {report.devices} devices)")
     return 0
@@ -331,9 +308,11 @@ def _graph_from(source: str, overrides: Sequence[str]) -> Graph:
 def _is_config(path: Path) -> bool:
     if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
         return False
+    from mpplan.reading import DocumentError, load_yaml, read_text
+
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
+        data = load_yaml(read_text(path))
+    except (OSError, DocumentError):  # not a readable config: the graph-file reader says why
         return False
     return isinstance(data, dict) and "model" in data
 

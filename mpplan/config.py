@@ -5,13 +5,15 @@ documents it, and the configuration reference in ``docs/`` is generated from the
 so code and docs cannot drift.  Every error is one line,
 ``<file>: <dotted.key>: <what is wrong>``.
 
-YAML is read with ``yaml.safe_load`` only.  ``model.torch.factory`` imports and
-calls user code *by design*: run configs you trust.
+YAML is read by ``mpplan.reading`` (``safe_load``'s types; no alias bombs, duplicate
+keys or runaway nesting).  ``model.torch.factory`` imports and calls user code *by
+design*: run configs you trust.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from mpplan.errors import ConfigError
+from mpplan.reading import DocumentError, load_yaml, read_text
 from mpplan.units import dtype_bytes, parse_size
 
 Size = typing.NewType("Size", int)
@@ -220,14 +223,12 @@ def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> Confi
     """Read, override (``dotted.key=value``) and validate a YAML config."""
     path = Path(path)
     source = str(path)
-    if not path.is_file():
-        raise ConfigError(f"{source}: file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "?"
-        raise ConfigError(f"{source}: {where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        raw = load_yaml(read_text(path))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: file not found") from None
+    except DocumentError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -244,7 +245,12 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     _check_model(config, source)
     for i, dev in enumerate(config.devices):
         _check_device(dev, source, f"devices[{i}]")
-    resolve_devices(config)
+    names = {d.name for d in resolve_devices(config)}
+    for prefix, device in config.planner.device_map.items():
+        if names and device not in names:
+            raise ConfigError(
+                f"{source}: planner.device_map.{prefix}: unknown device {device!r}; devices are {', '.join(sorted(names))}"
+            )
     _check_remat(config.planner.remat, source)
     if config.planner.alignment < 1:
         raise ConfigError(f"{source}: planner.alignment: must be a positive number of bytes, got {config.planner.alignment}")
@@ -260,7 +266,10 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> dict[str, Any
     key, sep, text = item.partition("=")
     if not sep or not key:
         raise ConfigError(f"{source}: --set {item!r}: expected dotted.key=value")
-    value = yaml.safe_load(text)
+    try:
+        value = load_yaml(text)
+    except DocumentError as exc:
+        raise ConfigError(f"{source}: --set {key}: {exc}") from None
     root = _deep_copy(raw)
     node: Any = root
     parts = key.split(".")
@@ -284,16 +293,23 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> dict[str, Any
 
 
 def resolve_devices(config: Config) -> tuple[Device, ...]:
-    """Expand ``count`` entries into concrete devices, checking names are unique."""
+    """Expand ``count`` entries into concrete devices, checking names are unique (in linear time)."""
+    total = sum(1 if spec.count is None else spec.count for spec in config.devices)
+    if total > MAX_DEVICES:
+        raise ConfigError(
+            f"{config.source}: devices: {total} devices, more than the {MAX_DEVICES} mpplan plans for at once"
+        )
     devices: list[Device] = []
+    seen: set[str] = set()
     for i, spec in enumerate(config.devices):
         if spec.count is not None:
             names = [f"{spec.kind}:{j}" for j in range(spec.count)]
         else:
             names = [spec.name or ""]
         for name in names:
-            if any(d.name == name for d in devices):
+            if name in seen:
                 raise ConfigError(f"{config.source}: devices[{i}].name: device {name!r} named twice")
+            seen.add(name)
             devices.append(Device(name=name, capacity=spec.capacity, reserve=spec.reserve))
     return tuple(devices)
 
@@ -304,6 +320,11 @@ def schema_fields(cls: type) -> list[tuple[str, str, str, str]]:
     _walk_schema(cls, "", rows)
     return rows
 
+
+#: Most devices one config may expand to: placement and planning work grows with the device count.
+MAX_DEVICES = 1024
+#: Largest integer a config key takes: beyond it, 64-bit arithmetic in numpy and torch overflows.
+MAX_INT = 2**62
 
 #: Most values one search axis, and candidates one search grid, may have.
 MAX_AXIS_VALUES = 10_000
@@ -616,15 +637,19 @@ def _convert(hint: Any, value: Any, source: str, key: str) -> Any:
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{source}: {key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{source}: {key}: expected an integer, got {_show(value)}")
+        if abs(value) > MAX_INT:
+            raise ConfigError(f"{source}: {key}: expected an integer of at most 2**62, got {_show(value)}")
         return value
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{source}: {key}: expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > MAX_INT:
+            raise ConfigError(f"{source}: {key}: expected a number of at most 2**62, got {_show(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{source}: {key}: expected a finite number, got {_show(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{source}: {key}: expected a string, got {value!r}")
+            raise ConfigError(f"{source}: {key}: expected a string, got {_show(value)}")
         return value
     raise AssertionError(f"unsupported schema type {hint!r} at {key}")
 
@@ -676,6 +701,12 @@ def _hint_name(hint: Any) -> str:
 
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
+
+
+def _show(value: Any) -> str:
+    """``repr`` cut to 40 characters, so a 400-digit number or a huge list still makes one short line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}...({len(text)} characters)"
 
 
 def _type_name(value: Any) -> str:

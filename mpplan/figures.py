@@ -20,6 +20,17 @@ def _pyplot():
     return plt
 
 
+def _save(fig: Any, path: Path) -> None:
+    """Render to memory, then write the PNG atomically: a killed report leaves no torn image."""
+    import io
+
+    from mpplan.durable import write_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    write_bytes(path, buffer.getvalue())
+
+
 def _unit(max_bytes: float) -> tuple[float, str]:
     for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if max_bytes >= scale:
@@ -54,7 +65,7 @@ def memory_timeline(timeline: Timeline, path: Path, measured: dict[str, int] | N
     axes[0, 0].legend(loc="upper left", fontsize=8, ncol=3)
     axes[-1, 0].set_xlabel("schedule step")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -81,7 +92,7 @@ def device_bars(plan: Plan, path: Path, measured: dict[str, int] | None = None) 
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -92,7 +103,7 @@ def candidates(results: Sequence[dict[str, Any]], path: Path) -> Path:
     on the right, at their *predicted* peak, labelled as predictions."""
     plt = _pyplot()
     fig = _candidates_figure(plt, results)
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
 

@@ -10,14 +10,13 @@ the device of its first forward op, in forward order: what exports need.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mpplan.durable import write_json
 from mpplan.errors import PlanError
+from mpplan.reading import DocumentError, load_json, read_text
 
 SCHEMA = "mpplan.plan/1"
 
@@ -162,17 +161,21 @@ class Plan:
             graph_hash=reader.string(graph.get("hash"), "graph.hash"),
             devices=devices,
             schedule=tuple(schedule),
-            placement={str(k): str(v) for k, v in placement.items()},
+            placement={str(k): reader.string(v, f"placement.{k}") for k, v in placement.items()},
             buffers=buffers,
             copies=copies,
             remat=tuple(dict(r) for r in reader.items(data.get("remat", []), "remat")),
             max_peak_bytes=reader.integer(predicted.get("max_peak_bytes", 0), "predicted.max_peak_bytes"),
             cross_device_bytes=reader.integer(predicted.get("cross_device_bytes", 0), "predicted.cross_device_bytes"),
-            compute_overhead=float(predicted.get("compute_overhead", 0.0)),
-            settings=dict(planner.get("settings", {})),
-            seconds=dict(planner.get("seconds", {})),
+            compute_overhead=reader.number(predicted.get("compute_overhead", 0.0), "predicted.compute_overhead"),
+            settings=dict(reader.mapping(planner.get("settings", {}), "planner.settings")),
+            seconds={
+                str(k): reader.number(v, f"planner.seconds.{k}")
+                for k, v in reader.mapping(planner.get("seconds", {}), "planner.seconds").items()
+            },
             module_devices={
-                str(k): str(v) for k, v in reader.mapping(data.get("module_devices", {}), "module_devices").items()
+                str(k): reader.string(v, f"module_devices.{k}")
+                for k, v in reader.mapping(data.get("module_devices", {}), "module_devices").items()
             },
         )
 
@@ -183,30 +186,29 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
 
 
 def load_plan(path: str | Path) -> Plan:
+    """Read and check a ``plan.json``; ``PlanError`` names the file and the field on bad input."""
     path = Path(path)
-    if not path.is_file():
-        raise PlanError(f"{path}: file not found")
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+        data = load_json(read_text(path))
+    except FileNotFoundError:
+        raise PlanError(f"{path}: file not found") from None
+    except DocumentError as exc:
+        raise PlanError(f"{path}: {exc}") from None
     return Plan.from_dict(data, str(path))
 
 
+def check_plan_graph(plan: Plan, graph: Any, source: str) -> None:
+    """A plan made for another graph is bad input (``PlanError``, exit 2), not a failed verification."""
+    if plan.graph_hash != graph.content_hash:
+        raise PlanError(
+            f"{source}: graph.hash: the plan is for graph {plan.graph_name!r} (hash {plan.graph_hash[:12]}), "
+            f"the graph given is {graph.name!r} (hash {graph.content_hash[:12]}); plan it again for this graph"
+        )
+
+
 def write_json_atomic(data: Any, path: str | Path) -> Path:
-    """Write ``data`` as indented JSON to ``path`` via a temp file in the same folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    """Write ``data`` as indented JSON to ``path`` atomically and durably (``mpplan.durable``)."""
+    return write_json(data, path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +229,26 @@ class _Reader:
 
     def integer(self, value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise PlanError(f"{self.source}: {where}: expected an integer, got {value!r}")
+            raise PlanError(f"{self.source}: {where}: expected an integer, got {_short(value)}")
+        if abs(value) > 2**62:
+            raise PlanError(f"{self.source}: {where}: expected an integer of at most 2**62, got {_short(value)}")
         return value
+
+    def number(self, value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PlanError(f"{self.source}: {where}: expected a number, got {_short(value)}")
+        try:
+            return float(value)
+        except OverflowError:
+            raise PlanError(f"{self.source}: {where}: expected a finite number, got {_short(value)}") from None
 
     def string(self, value: Any, where: str) -> str:
         if not isinstance(value, str):
-            raise PlanError(f"{self.source}: {where}: expected a string, got {value!r}")
+            raise PlanError(f"{self.source}: {where}: expected a string, got {_short(value)}")
         return value
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to 40 characters: one readable error line whatever the plan holds."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}...({len(text)} characters)"

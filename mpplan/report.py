@@ -128,6 +128,7 @@ def write_report(
 ) -> Path:
     """Write ``report.md`` (and ``report.html``) with PNG figures into ``out``; return the Markdown path."""
     from mpplan import figures
+    from mpplan.durable import write_text
 
     out.mkdir(parents=True, exist_ok=True)
     measured = {d["name"]: d["measured_peak_bytes"] for d in (measurement or {}).get("devices", [])}
@@ -149,10 +150,9 @@ def write_report(
         sections.append(_results_markdown(rows))
     sections += [f"## {title}\n\n![{title}]({name})" for title, name in images]
     text = "\n\n".join(sections) + "\n"
-    path = out / "report.md"
-    path.write_text(text)
+    path = write_text(out / "report.md", text)
     if html:
-        (out / "report.html").write_text(_html(text))
+        write_text(out / "report.html", _html(text))
     return path
 
 

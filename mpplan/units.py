@@ -21,6 +21,9 @@ _UNITS = {
     "g": 2**30,
     "t": 2**40,
 }
+#: Largest size accepted (2**62 bytes, 4 EiB): beyond it, 64-bit arithmetic in numpy and torch overflows.
+MAX_BYTES = 2**62
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 #: Bytes per element of the dtypes graph files and captured models name.
@@ -57,16 +60,29 @@ def parse_size(value: object) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"expected a non-negative size, got {value}")
-        return value
+        return _bounded(value, value)
     if isinstance(value, float):
         if value < 0 or not math.isfinite(value):
             raise ValueError(f"expected a non-negative size, got {value}")
-        return int(value)
+        return _bounded(value, value)
     if isinstance(value, str):
         match = _SIZE.match(value)
         if match and match.group(2).lower() in _UNITS:
-            return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    raise ValueError(f"expected a size such as 16GiB, 512MB or an integer, got {value!r}")
+            return _bounded(float(match.group(1)) * _UNITS[match.group(2).lower()], value)
+    raise ValueError(f"expected a size such as 16GiB, 512MB or an integer, got {_short(value)}")
+
+
+def _bounded(size: int | float, written: object) -> int:
+    """``int(size)``, refusing sizes past ``MAX_BYTES`` (a float may be ``inf`` after a huge mantissa)."""
+    if not size <= MAX_BYTES:
+        raise ValueError(f"a size of at most 2**62 bytes (4 EiB) is accepted, got {_short(written)}")
+    return int(size)
+
+
+def _short(value: object) -> str:
+    """``repr`` cut to 40 characters: a 400-digit number makes no readable error line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}...({len(text)} characters)"
 
 
 def format_size(nbytes: int | float) -> str:

@@ -84,7 +84,7 @@ def test_load_config_file_errors(tmp_path):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml: line \d+: invalid YAML"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: line \d+, column \d+: invalid YAML"):
         load_config(bad)
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n")

@@ -525,7 +525,7 @@ def test_file_errors(tmp_path):
     assert error(other) == f"{other}: unsupported extension '.toml'; expected .yaml, .yml or .json"
     binary = tmp_path / "g.json"
     binary.write_bytes(b"\xff\xfe\x00")
-    assert error(binary) == f"{binary}: not UTF-8 text"
+    assert error(binary) == f"{binary}: not UTF-8 text (byte 0xff at offset 0); save the file as UTF-8"
     assert error(tmp_path.joinpath("d.yaml")) == f"{tmp_path / 'd.yaml'}: file not found"
     folder = tmp_path / "dir.yaml"
     folder.mkdir()

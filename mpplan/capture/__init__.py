@@ -7,6 +7,7 @@ plan without paying for it.
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,28 @@ from mpplan.config import Config, TorchModel
 from mpplan.errors import ConfigError, GraphFileError, MpplanError
 from mpplan.graph import Graph
 
+logger = logging.getLogger("mpplan")
+
 
 def graph_from_config(config: Config) -> Graph:
-    """Build the graph the config's ``model`` section names."""
+    """Build the graph the config's ``model`` section names, and check the config's references into it."""
+    graph = _build_graph(config)
+    _check_device_map(config, graph)
+    return graph
+
+
+def _check_device_map(config: Config, graph: Graph) -> None:
+    """Every ``planner.device_map`` prefix must match some op's module: a typo must not silently place nothing."""
+    modules = {op.module for op in graph.ops if op.module}
+    for prefix in config.planner.device_map:
+        if prefix and not any(m == prefix or m.startswith(prefix + ".") for m in modules):
+            known = ", ".join(sorted({m.split(".")[0] for m in modules})[:8]) or "none: the graph names no modules"
+            raise ConfigError(
+                f"{config.source}: planner.device_map.{prefix}: matches no module of the graph; top-level modules: {known}"
+            )
+
+
+def _build_graph(config: Config) -> Graph:
     model = config.model
     if model.graph is not None:
         from mpplan.capture.graph_file import load_graph
@@ -61,8 +81,13 @@ def build_torch_model(config: Config, device: str = "cpu", seed: int = 0) -> tup
             module = factory(**spec.kwargs)
     except MpplanError:
         raise
-    except Exception as exc:  # user code: report, do not crash
-        raise ConfigError(f"{config.source}: model.torch.factory: {spec.factory} raised {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # user code: report, do not crash; -v logs the traceback
+        raise _user_code_error(config.source, f"{spec.factory} raised", exc) from None
+    if not isinstance(module, torch.nn.Module):
+        raise ConfigError(
+            f"{config.source}: model.torch.factory: {spec.factory} returned {type(module).__name__}, "
+            "expected a torch.nn.Module"
+        )
     module = module.to(dtype=dtype)
     generator = torch.Generator().manual_seed(seed)
     if isinstance(spec.inputs, dict):
@@ -78,10 +103,22 @@ def _import_factory(spec: TorchModel, source: str):
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{source}: model.torch.factory: cannot import {module_name!r} ({exc})") from None
+    except Exception as exc:  # a syntax error or a failure at import time, in user code
+        raise _user_code_error(source, f"importing {module_name!r} for {spec.factory} raised", exc) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"{source}: model.torch.factory: {module_name!r} has no callable {attr!r}")
     return factory
+
+
+def _user_code_error(source: str, what: str, exc: Exception) -> ConfigError:
+    """One line naming the factory and the error; the traceback goes to the debug log (``mpplan -v``)."""
+    logger.debug("traceback of the factory's error:", exc_info=exc)
+    detail = " ".join(str(exc).split())
+    if len(detail) > 300:
+        detail = detail[:300] + "..."
+    hint = "" if logger.isEnabledFor(logging.DEBUG) else " (mpplan -v shows the traceback)"
+    return ConfigError(f"{source}: model.torch.factory: {what} {type(exc).__name__}: {detail}{hint}")
 
 
 def _make_input(spec: dict[str, Any], config: Config, device: str, generator, float_dtype):

@@ -26,7 +26,8 @@ and 0 is what a view's ``nbytes`` reads back as.  Op fields: ``name``, ``type``,
 ``backward_of``, ``module``, ``stage``, ``recompute_of``.  ``null`` means absent.
 
 ``load_graph`` also reads networkx node-link JSON (see ``mpplan.capture.nodelink``):
-the content decides, not the extension.  YAML is read with ``yaml.safe_load`` only.
+the content decides, not the extension.  Files are read by ``mpplan.reading``:
+``safe_load``'s types, and no alias bombs, duplicate keys or runaway nesting.
 Every error is a ``GraphFileError`` of one line, ``<file>: <dotted.field>: <what>``;
 graph-validation errors come back the same way, prefixed with the file.
 
@@ -37,20 +38,20 @@ back as the very same graph: ``load_graph(save_graph(g, p)) == g``.  For graphs 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
 import yaml
 
 from mpplan.capture.nodelink import graph_from_node_link
+from mpplan.durable import write_text
 from mpplan.errors import GraphError, GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.units import dtype_bytes, parse_size
+from mpplan.reading import DocumentError, load_json, load_yaml, read_text
+from mpplan.units import MAX_BYTES, dtype_bytes, parse_size
 
 #: Content formats ``load_graph`` accepts; ``auto`` decides from the content.
 FORMATS = ("auto", "mpplan", "node-link")
@@ -118,7 +119,7 @@ def save_graph(graph: Graph, path: str | os.PathLike[str]) -> Path:
         raise GraphFileError(f"{path}: cannot save graph {graph.name!r}: it would not read back as the same graph")
     text = _dump_yaml(doc) if syntax == "yaml" else _dump_json(doc)
     try:
-        _write_atomic(path, text)
+        write_text(path, text, make_folder=False)
     except OSError as exc:
         raise GraphFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
     return path
@@ -195,30 +196,19 @@ def _syntax(path: Path) -> str:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path)
     except FileNotFoundError:
         raise GraphFileError(f"{path}: file not found") from None
-    except UnicodeDecodeError:
-        raise GraphFileError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise GraphFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except DocumentError as exc:
+        raise GraphFileError(f"{path}: {exc}") from None
 
 
 def _parse(text: str, syntax: str, path: Path) -> object:
-    """Parsed YAML/JSON; a syntax error becomes one line with its position."""
-    if syntax == "json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise GraphFileError(f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: {exc.msg}") from None
+    """Parsed YAML/JSON (``mpplan.reading``: bounded, no duplicate keys); errors are one line with a position."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        problem = " ".join(str(problem).split())
-        raise GraphFileError(f"{path}: {where}invalid YAML: {problem}") from None
+        return load_json(text) if syntax == "json" else load_yaml(text)
+    except DocumentError as exc:
+        raise GraphFileError(f"{path}: {exc}") from None
 
 
 def _content_format(doc: object) -> str:
@@ -249,6 +239,8 @@ def _tensor(name: str, spec: object, where: str) -> Tensor:
     alias_of = _optional_str(get("alias_of"), where, "alias_of")
     grad_of = _optional_str(get("grad_of"), where, "grad_of")
     derived = None if shape is None or width is None else math.prod(shape) * width
+    if derived is not None and derived > MAX_BYTES:
+        raise GraphFileError(f"{where}: shape {_show(list(shape or ()))} makes more than 2**62 bytes")
     if nbytes is None:
         if alias_of is not None:
             nbytes = 0
@@ -322,7 +314,7 @@ def _names(value: object, where: str, key: str) -> tuple[str, ...]:
 def _size(value: object, where: str, key: str) -> int | None:
     if value is None:
         return None
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value <= MAX_BYTES:
         return value
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise GraphFileError(
@@ -365,9 +357,13 @@ def _kind(value: object, where: str, key: str) -> Kind:
 def _cost(value: object, where: str, key: str) -> float:
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    try:  # a 400-digit integer does not convert to a float
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
         raise GraphFileError(f"{_field(where, key)}: expected a non-negative number, got {_show(value)}")
-    return float(value)
+    return number
 
 
 def _derived_bytes(shape: tuple[int, ...] | None, dtype: str | None) -> int | None:
@@ -461,19 +457,3 @@ def _dump_json(doc: dict[str, Any]) -> str:
         lines.append(f'  "outputs": {one(doc["outputs"])}')
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, then rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
