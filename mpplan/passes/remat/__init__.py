@@ -46,7 +46,7 @@ bytes for one op's cost.
 ['C.bw', 'A@recompute', 'B.bw', 'A.bw']
 """
 
-from mpplan.passes.remat.api import POLICIES, RematResult, remat
+from mpplan.passes.remat.api import POLICIES, RematInfeasibleError, RematResult, remat
 from mpplan.passes.remat.budget import EXACT_MAX_OPS, SOLVERS, min_feasible_budget
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import MIN_GAP, NEVER, SUFFIX, RematModel, build_model, is_random
@@ -62,6 +62,7 @@ __all__ = [
     "SUFFIX",
     "Evaluation",
     "MirrorPlan",
+    "RematInfeasibleError",
     "RematModel",
     "RematResult",
     "apply_recompute",

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpplan import sim
-from mpplan.errors import ConfigError
+from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
-from mpplan.passes.remat.budget import SOLVERS, fit_budget
+from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
 from mpplan.passes.remat.rewriting import candidate_indices, rewrite
 
-__all__ = ["POLICIES", "RematResult", "remat"]
+__all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "remat"]
 
 POLICIES = ("none", "mirror", "sqrt", "budget")
 
@@ -84,6 +84,18 @@ class RematResult:
 
 
 
+class RematInfeasibleError(InfeasibleError):
+    """No choice of recomputes fits the budget.  ``best`` is the least-peak rewrite
+    found (its ``peak_bytes`` over the budget): the best infeasible answer, which the
+    planner plans and the CLI writes next to the refusal.  ``plan`` is that plan,
+    when the planner made one."""
+
+    def __init__(self, message: str, missing_bytes: int, best: RematResult, plan: Any = None) -> None:
+        super().__init__(message, missing_bytes=missing_bytes)
+        self.best = best
+        self.plan = plan
+
+
 # --- the entry point -----------------------------------------------------------------
 
 
@@ -104,7 +116,8 @@ def remat(
     ``heuristic`` or ``exact``; ``time_limit_s`` caps the budget search: the exact
     solver, and the heuristic's extra starts and local search (its first greedy
     pass always runs to the end).  Raises ``ConfigError`` for a bad argument and ``InfeasibleError``
-    when no choice of recomputes fits the budget.
+    (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
+    recomputes fits the budget.
     """
     clock = time.perf_counter()
     if policy not in POLICIES:
@@ -134,7 +147,12 @@ def remat(
     if limit >= baseline:
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
-    fit = fit_budget(model, limit, solver, time_limit_s, clock)
+    try:
+        fit = fit_budget(model, limit, solver, time_limit_s, clock)
+    except BudgetInfeasibleError as exc:
+        best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
+                       note="the budget is infeasible: the least peak found")
+        raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
     return _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
                    optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
 

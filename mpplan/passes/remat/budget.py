@@ -32,11 +32,11 @@ from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat import ilp
 from mpplan.passes.remat.choice import Choice
-from mpplan.passes.remat.greedy import drop_unneeded, greedy, heuristic, least_peak
+from mpplan.passes.remat.greedy import drop_unneeded, greedy, heuristic, improve, least_peak
 from mpplan.passes.remat.index import ModelIndex
 from mpplan.passes.remat.model import RematModel, build_model
 
-__all__ = ["EXACT_MAX_OPS", "SOLVERS", "BudgetFit", "fit_budget", "min_feasible_budget"]
+__all__ = ["EXACT_MAX_OPS", "SOLVERS", "BudgetFit", "BudgetInfeasibleError", "fit_budget", "min_feasible_budget"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,7 +67,14 @@ class BudgetFit:
 def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, clock: float) -> BudgetFit:
     """The least added cost with ``peak <= limit`` bytes, ``limit`` under the peak without
     recomputation, found by ``clock + time_limit_s`` (``clock``: a ``time.perf_counter``
-    reading); ``InfeasibleError`` when no choice of recomputes fits."""
+    reading); ``BudgetInfeasibleError`` (carrying the least-peak choice found) when no
+    choice of recomputes fits.
+
+    Monotone in ``limit``: a refusal happens only under the least peak of searches
+    that do not depend on ``limit`` (``_least_peak_choice``), and when the greedy aimed
+    at ``limit`` misses, those searches' answer is used if it fits.  So a budget is
+    never refused where the least peak found fits.
+    """
     backend, note = _backend(solver, model)
     deadline = clock + time_limit_s
     lower = model.lower_bound()
@@ -77,6 +84,10 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
     # The heuristic may use a third of the time when a MILP follows, all of it otherwise.
     share = time_limit_s / 3 if backend is not None else time_limit_s
     heur = heuristic(model, dyn, clock + share)
+    if heur.load > dyn:
+        least = _least_peak_choice(model, heur)
+        if least.load <= dyn:
+            heur = improve(drop_unneeded(least, dyn), dyn, clock + share)
     if backend is None:
         if heur.load > dyn:
             _raise_infeasible(model, limit, None, deadline, lower, best=heur)
@@ -88,7 +99,7 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
         warm_start=heur.chosen if heur.load <= dyn else None,
         backend=backend,
     )
-    if solution.status == "infeasible":
+    if solution.status == "infeasible" and heur.load > dyn:
         _raise_infeasible(model, limit, backend, deadline, lower, best=heur)
     found = [heur]
     if solution.chosen is not None:  # re-scored exactly: the MILP works to a tolerance
@@ -99,7 +110,7 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
     best = min(fits, key=lambda choice: (choice.cost, choice.load, choice.chosen))
     optimal = solution.status == "optimal" and found[-1].load <= dyn and solution.chosen is not None
     bound = best.cost if optimal else solution.bound
-    if solution.status == "too_large":
+    if solution.status in ("too_large", "infeasible"):
         return BudgetFit(best.chosen, "heuristic", note=solution.note)
     gap = None if bound is None else (0.0 if best.cost <= 0 else max(0.0, (best.cost - bound) / best.cost))
     return BudgetFit(best.chosen, solution.backend, optimal=optimal, bound=bound, gap=gap, note=solution.note)
@@ -117,7 +128,9 @@ def min_feasible_budget(
     if solver not in SOLVERS:
         raise ConfigError(f"remat solver: expected one of {', '.join(SOLVERS)}, got {solver!r}")
     model = build_model(graph) if model is None else model
-    return _min_peak(model, _backend(solver, model)[0], time.perf_counter() + time_limit_s, model.lower_bound())
+    found, proved = _min_peak(model, _backend(solver, model)[0], time.perf_counter() + time_limit_s,
+                              model.lower_bound())
+    return found.peak, proved
 
 
 def _remaining(deadline: float) -> float:
@@ -139,31 +152,45 @@ def _backend(solver: str, model: RematModel) -> tuple[str | None, str]:
     return backend, ""
 
 
-def _min_peak(
-    model: RematModel, backend: str | None, deadline: float, lower: int, best: Choice | None = None
-) -> tuple[int, bool]:
-    """The least peak found (bytes) and whether it is proved least.
-
-    The greedy lowers the peak from ``best`` (or nothing) one byte at a time, and
-    also from its run aimed straight at ``lower``: pushed one byte at a time it can
-    take recomputes that lower the excess but leave the peak where it is, and stall.
-    """
+def _least_peak_choice(model: RematModel, best: Choice | None = None) -> Choice:
+    """The least-peak choice the greedy finds: lowered one peak at a time from nothing,
+    from its run aimed straight at ``lower_bound`` (pushed one byte at a time it can take
+    recomputes that lower the excess but leave the peak where it is, and stall), and
+    from ``best``.  Without ``best`` the answer does not depend on any budget."""
     index = ModelIndex.of(model) if best is None else best.index
     empty = Choice.build(model, index=index)
-    start = empty.copy() if best is None else best.copy()
-    aimed = greedy(empty, lower - model.static_bytes, prune=False)
-    found = min(least_peak(start), least_peak(aimed), key=lambda choice: (choice.load, choice.cost))
-    if best is not None and best.load < found.load:
-        found = best
-    peak = found.peak
-    if backend is not None and peak > lower:
+    aimed = greedy(empty.copy(), model.lower_bound() - model.static_bytes, prune=False)
+    starts = [least_peak(empty), least_peak(aimed)]
+    if best is not None:
+        starts.append(least_peak(best.copy()))
+    return min(starts, key=lambda choice: (choice.load, choice.cost, choice.chosen))
+
+
+def _min_peak(
+    model: RematModel, backend: str | None, deadline: float, lower: int, best: Choice | None = None
+) -> tuple[Choice, bool]:
+    """The least-peak choice found and whether its peak is proved least (by the MILP, or
+    by meeting ``lower``)."""
+    found = _least_peak_choice(model, best)
+    if backend is not None and found.peak > lower:
         solution = ilp.solve(model, None, time_limit_s=_remaining(deadline), warm_start=found.chosen,
-                                   backend=backend)
+                             backend=backend)
         if solution.chosen is not None:
-            peak = min(peak, Choice.build(model, solution.chosen, index=index).peak)
+            exact = Choice.build(model, solution.chosen, index=found.index)
+            if exact.load < found.load:
+                found = exact
         if solution.status == "optimal":
-            return peak, True
-    return peak, peak <= lower
+            return found, True
+    return found, found.peak <= lower
+
+
+class BudgetInfeasibleError(InfeasibleError):
+    """No choice of recomputes found fits the budget; ``chosen`` is the least-peak choice
+    found (candidate indices), the best infeasible answer."""
+
+    def __init__(self, message: str, missing_bytes: int, chosen: tuple[int, ...]) -> None:
+        super().__init__(message, missing_bytes=missing_bytes)
+        self.chosen = chosen
 
 
 def _raise_infeasible(
@@ -171,9 +198,10 @@ def _raise_infeasible(
 ) -> None:
     found, proved = _min_peak(model, backend, deadline, lower, best)
     what = "the smallest feasible budget is" if proved else "the smallest budget found feasible is"
-    raise InfeasibleError(
-        f"graph {model.graph.name!r}: remat budget {limit} bytes is infeasible: {what} {found} bytes "
+    raise BudgetInfeasibleError(
+        f"graph {model.graph.name!r}: remat budget {limit} bytes is infeasible: {what} {found.peak} bytes "
         f"(static {model.static_bytes} bytes; no choice of recomputes goes under {lower} bytes); "
         "raise the budget or the device capacity",
-        missing_bytes=max(0, found - limit),
+        missing_bytes=max(0, found.peak - limit),
+        chosen=found.chosen,
     )
