@@ -24,7 +24,7 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.capture.synthetic import chain
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
-from mpplan.passes import remat_ilp
+from mpplan.passes.remat import ilp as remat_ilp
 from mpplan.passes.remat import RematResult, build_model, remat
 from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, plan

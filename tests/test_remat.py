@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+import importlib
 import itertools
 import logging
 import math
+import pkgutil
 from pathlib import Path
 from unittest import mock
 
@@ -30,7 +32,12 @@ from mpplan.config import Device
 from mpplan.errors import ConfigError, InfeasibleError, VerificationError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes import remat as remat_module
-from mpplan.passes import remat_budget, remat_ilp, remat_incremental, remat_model, remat_moves, remat_policies
+from mpplan.passes.remat import choice as remat_choice
+from mpplan.passes.remat import greedy as remat_greedy
+from mpplan.passes.remat import ilp as remat_ilp
+from mpplan.passes.remat import moves as remat_moves
+from mpplan.passes.remat import policies as remat_policies
+from mpplan.passes.remat import rewriting as remat_rewrite
 from mpplan.passes.remat import (
     SUFFIX,
     apply_recompute,
@@ -47,7 +54,18 @@ from mpplan.planner import PlannerSettings, plan, rematerialised
 from mpplan.verify import verify
 
 CHECKMATE = Path(__file__).resolve().parents[2] / "shared" / "data" / "checkmate_graphs"
+REMAT_MODULES = [remat_module] + [
+    importlib.import_module(f"mpplan.passes.remat.{m.name}") for m in pkgutil.iter_modules(remat_module.__path__)
+]
 needs_milp = pytest.mark.skipif(remat_ilp.available_backend() is None, reason="no MILP backend (highspy or scipy)")
+
+
+def checkmate_graph(name: str) -> Graph:
+    """A graph of the Checkmate/Moccasin set, or a skip saying where to put the data."""
+    path = CHECKMATE / name
+    if not path.exists():
+        pytest.skip(f"needs {path.name}: put the Checkmate/Moccasin graphs in ../shared/data/checkmate_graphs")
+    return load_graph(path)
 
 
 def peak(graph: Graph) -> int:
@@ -186,7 +204,7 @@ def test_model_peak_is_the_simulated_peak_of_the_rewrite(graph: Graph) -> None:
     for k in (0, 1, len(chosen)):
         for subset in itertools.islice(itertools.combinations(chosen, k), 12):
             ev = evaluate(model, subset)
-            rewritten = remat_model.rewrite(model, ev)[0].validate()
+            rewritten = remat_rewrite.rewrite(model, ev)[0].validate()
             assert ev.peak == peak(rewritten)
 
 
@@ -243,7 +261,7 @@ def test_in_place_updated_outputs_and_graph_outputs_are_never_recomputed() -> No
 
 
 def test_checkmate_names_ops_and_tensors_alike() -> None:
-    graph = load_graph(CHECKMATE / "VGG16_256_224x224_train_nx.json")
+    graph = checkmate_graph("VGG16_256_224x224_train_nx.json")
     rewritten = apply_recompute(graph, ["block1_pool"])
     assert rewritten.op("block1_pool" + SUFFIX).outputs == ("block1_pool" + SUFFIX,)
     check_plans(rewritten)
@@ -343,7 +361,7 @@ def test_heuristic_recomputes_chains_where_single_recomputes_free_nothing() -> N
 def test_without_a_milp_backend_the_heuristic_decides_and_says_so(monkeypatch, caplog) -> None:
     monkeypatch.setattr(remat_ilp, "available_backend", lambda: None)
     graph = small_chain(6)
-    with caplog.at_level(logging.WARNING, logger="mpplan.passes.remat_budget"):
+    with caplog.at_level(logging.WARNING, logger="mpplan.passes.remat.budget"):
         r = remat(graph, "budget", budget=0.85)
     assert r.solver == "heuristic" and not r.optimal and "highspy" in r.note
     assert "highspy" in caplog.text
@@ -368,9 +386,9 @@ POLICY_GRAPHS = {
     ),
     "unet": lambda: synthetic.unet(2, train=True, batch=2, channels=4, image=16),
     "layered": lambda: synthetic.random_layered(40, seed=3),
-    "vgg16": lambda: load_graph(CHECKMATE / "VGG16_256_224x224_train_nx.json"),
-    "fcn8": lambda: load_graph(CHECKMATE / "fcn_8_vgg_32_416x608_train_nx.json"),
-    "random100": lambda: load_graph(CHECKMATE / "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json"),
+    "vgg16": lambda: checkmate_graph("VGG16_256_224x224_train_nx.json"),
+    "fcn8": lambda: checkmate_graph("fcn_8_vgg_32_416x608_train_nx.json"),
+    "random100": lambda: checkmate_graph("random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json"),
 }
 POLICY_ARGS = [
     ("none", {}),
@@ -447,7 +465,7 @@ def test_verify_rejects_remat_records_that_do_not_rebuild_the_schedule() -> None
 
 @needs_milp
 def test_exact_budget_on_a_checkmate_graph_is_optimal_and_verifies() -> None:
-    graph = load_graph(CHECKMATE / "VGG19_256_224x224_train_nx.json")
+    graph = checkmate_graph("VGG19_256_224x224_train_nx.json")
     r = remat(graph, "budget", budget=0.8, solver="exact", time_limit_s=30)
     h = remat(graph, "budget", budget=0.8, solver="heuristic")
     assert r.optimal and r.gap == 0.0 and r.bound == pytest.approx(r.added_cost)
@@ -480,7 +498,7 @@ def test_choice_trials_and_commits_match_a_fresh_evaluation(graph: Graph, data: 
     model = build_model(graph)
     if not model.num_candidates:
         return
-    choice = remat_incremental.Choice.build(model)
+    choice = remat_choice.Choice.build(model)
     candidates = st.sets(st.integers(0, model.num_candidates - 1), max_size=4)
     for _ in range(data.draw(st.integers(1, 12))):
         add, remove = data.draw(candidates), data.draw(candidates)
@@ -507,7 +525,7 @@ def test_move_ranking_matches_a_fresh_walk_of_every_chain(graph: Graph, data: st
         return
     slack = data.draw(st.sampled_from([0, remat_moves.COMPACT_SLACK]))
     with mock.patch.object(remat_moves, "COMPACT_SLACK", slack):
-        choice = remat_incremental.Choice.build(model)
+        choice = remat_choice.Choice.build(model)
         baseline = choice.load
         for _ in range(data.draw(st.integers(1, 10))):
             budget = data.draw(st.integers(0, max(baseline - 1, 0)))
@@ -517,7 +535,7 @@ def test_move_ranking_matches_a_fresh_walk_of_every_chain(graph: Graph, data: st
                 "banned": frozenset(data.draw(st.sets(st.integers(0, model.num_candidates - 1), max_size=2))),
                 "limit": data.draw(st.integers(1, 16)),
             }
-            fresh = remat_incremental.Choice.build(model, choice.chosen, index=choice.index)
+            fresh = remat_choice.Choice.build(model, choice.chosen, index=choice.index)
             ranked = choice.ranked(budget, **args)
             assert ranked == fresh.ranked(budget, **args)
             if data.draw(st.booleans()):
@@ -536,7 +554,7 @@ def test_the_heuristic_reports_what_a_fresh_evaluation_of_its_choice_gives(graph
     model = build_model(graph)
     empty = evaluate(model, ())
     dyn = int(fraction * empty.load)
-    found = remat_budget._heuristic(model, dyn)
+    found = remat_greedy.heuristic(model, dyn)
     expected = evaluate(model, found.chosen)
     got = found.evaluation()
     assert (got.chosen, got.load, got.profile, got.orig_step) == (expected.chosen, expected.load, expected.profile,
@@ -562,7 +580,7 @@ HEURISTIC_ANSWERS = {
 
 @pytest.mark.parametrize("name, fraction", sorted(HEURISTIC_ANSWERS))
 def test_budget_heuristic_answers_are_those_of_the_full_resimulation(name: str, fraction: float) -> None:
-    graph = load_graph(CHECKMATE / f"{name}.json")
+    graph = checkmate_graph(f"{name}.json")
     peak_bytes, cost = HEURISTIC_ANSWERS[name, fraction]
     if cost is None:
         with pytest.raises(InfeasibleError, match=f"the smallest budget found feasible is {peak_bytes} bytes"):
@@ -677,9 +695,7 @@ def test_bad_arguments_raise_config_errors(kwargs: dict, message: str) -> None:
         remat(small_chain(3), **kwargs)
 
 
-@pytest.mark.parametrize(
-    "module", [remat_module, remat_model, remat_policies, remat_budget, remat_incremental, remat_moves]
-)
+@pytest.mark.parametrize("module", REMAT_MODULES, ids=lambda m: m.__name__)
 def test_doctests(module: object) -> None:
     failures, _ = doctest.testmod(module)
     assert failures == 0
@@ -692,6 +708,7 @@ def test_the_milp_backend_prints_nothing_to_stdout():
     import sys
 
     pytest.importorskip("highspy")
+    checkmate_graph("VGG16_256_224x224_train_nx.json")  # skips without the data
     code = (
         "from mpplan.capture.graph_file import load_graph\n"
         "from mpplan.passes.remat import remat\n"

@@ -1,6 +1,6 @@
 """The rule policies of remat: MXNet's mirror plan and Chen et al.'s sqrt(n) checkpoints.
 
-Both choose from the candidates of ``mpplan.passes.remat_model`` by a fixed rule and
+Both choose from the candidates of ``mpplan.passes.remat.model`` by a fixed rule and
 leave the rewrite to it.
 
 ``mirror``
@@ -33,7 +33,9 @@ import math
 from dataclasses import dataclass
 
 from mpplan.graph import Graph, Op
-from mpplan.passes.remat_model import RematModel, build_model, candidate_indices, evaluate
+from mpplan.passes.remat.evaluation import evaluate
+from mpplan.passes.remat.model import RematModel, build_model
+from mpplan.passes.remat.rewriting import candidate_indices
 
 __all__ = ["MirrorPlan", "mirror_plan", "mirror_search", "mirror_thresholds", "sqrt_checkpoints"]
 

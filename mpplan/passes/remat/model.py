@@ -34,40 +34,24 @@ in the late region is re-pointed at the recomputed base.  A tensor whose views a
 made by ops that read other dynamic tensors is not recomputed.
 
 ``build_model`` precomputes all of this once per graph as a ``RematModel``;
-``evaluate`` scores a choice of recomputes on it (the peak of the rewritten graph's
-as-given order, ``static + LOAD``, exactly as ``mpplan.sim`` would) and ``rewrite``
-makes the graph.  The policies (``mpplan.passes.remat_policies``), the budget search
-(``mpplan.passes.remat_budget``) and the MILP (``mpplan.passes.remat_ilp``) decide on
-this model only.
+``evaluate`` (``mpplan.passes.remat.evaluation``) scores a choice of recomputes on
+it (the peak of the rewritten graph's as-given order, ``static + LOAD``, exactly as
+``mpplan.sim`` would) and ``rewrite`` (``mpplan.passes.remat.rewriting``) makes the
+graph.  The policies (``policies``), the budget search (``budget``) and the MILP
+(``ilp``) decide on this model only.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mpplan import sim
-from mpplan.errors import ConfigError
-from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.graph import Graph, Kind, Op
 
-__all__ = [
-    "MIN_GAP",
-    "NEVER",
-    "SUFFIX",
-    "Evaluation",
-    "RematModel",
-    "anchors",
-    "apply_recompute",
-    "build_model",
-    "candidate_indices",
-    "evaluate",
-    "is_random",
-    "recomputable",
-    "rewrite",
-]
+__all__ = ["MIN_GAP", "NEVER", "SUFFIX", "RematModel", "build_model", "is_random", "storage_index"]
 
 #: Graphs without a backward pass: a tensor is recomputed only across a gap of at
 #: least this many steps between two of its uses.
@@ -147,7 +131,7 @@ class RematModel:
             delta[end + 1] -= size
         touched = [0] * n
         topo = self.graph.topology
-        index = _storage_index(self)
+        index = storage_index(self)
         for k, storages in enumerate(topo.op_storages):
             for s in storages:
                 at = index.get(s)
@@ -158,26 +142,6 @@ class RematModel:
             running += delta[k]
             best = max(best, running + touched[k])
         return self.static_bytes + best
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """The recomputes a choice really makes, where they run, and the peak they give.
-
-    ``chosen``: the effective candidates (those some late use needs), ascending;
-    ``anchor``: candidate -> the original op its recompute runs before; ``load``:
-    LOAD of the rewritten as-given order; ``profile``: live dynamic bytes per step
-    of that order, not counting recreated views (they change no step's load);
-    ``orig_step``: the step of each original op in it.
-    """
-
-    chosen: tuple[int, ...]
-    anchor: dict[int, int]
-    load: int
-    peak: int
-    profile: tuple[int, ...]
-    orig_step: tuple[int, ...]
-    cost: float
 
 
 # --- the memory model ----------------------------------------------------------------
@@ -349,201 +313,5 @@ def _recomputable_output(
     return True
 
 
-def _storage_index(model: RematModel) -> dict[int, int]:
+def storage_index(model: RematModel) -> dict[int, int]:
     return {s: j for j, s in enumerate(model.storage_tensor)}
-
-
-def anchors(model: RematModel, chosen: Iterable[int]) -> dict[int, int]:
-    """Candidate -> the original op its recompute runs before, for the candidates of
-    ``chosen`` that some late use needs (the others are left out).
-
-    A recompute runs before the first late use of its outputs or before the earliest
-    chosen recompute that reads them, whichever comes first; consumers come later in
-    forward order, so one pass from the last candidate back settles every anchor.
-    """
-    anchor: dict[int, int] = {}
-    first_late, consumers = model.cand_first_late, model.cand_consumers
-    for i in sorted(set(chosen), reverse=True):
-        a = first_late[i]
-        for c in consumers[i]:
-            if c in anchor and anchor[c] < a:
-                a = anchor[c]
-        if a < NEVER:
-            anchor[i] = a
-    return anchor
-
-
-def evaluate(model: RematModel, chosen: Iterable[int]) -> Evaluation:
-    """Where the recomputes of candidates ``chosen`` run and the LOAD they give.
-
-    A candidate no late use needs (directly or through chosen consumers) is dropped.
-    This is the fast twin of ``sim.order_load`` on ``apply_recompute``'s graph (the
-    tests hold them equal); the searches score with it, results come from ``sim``.
-    """
-    anchor = anchors(model, chosen)
-    effective = tuple(sorted(anchor))
-    n = model.num_ops
-    count = [0] * n
-    for i in effective:
-        count[anchor[i]] += 1
-    orig_step = list(map(operator.add, range(n), itertools.accumulate(count)))
-    step_of: dict[int, int] = {}
-    seen = [0] * n
-    for i in effective:  # ascending = forward order within an anchor
-        p = anchor[i]
-        step_of[i] = orig_step[p] - count[p] + seen[p]
-        seen[p] += 1
-    steps = n + len(effective)
-    delta = [0] * (steps + 1)
-    size, start, last, producer = model.size, model.start, model.last, model.producer
-    for j, nbytes in enumerate(size):
-        if not nbytes:
-            continue
-        p = producer[j]
-        if p >= 0 and p in anchor:
-            delta[orig_step[start[j]]] += nbytes
-            delta[orig_step[model.early_last[j]] + 1] -= nbytes
-            first = step_of[p]
-            end = orig_step[model.late_last[j]] if model.late_last[j] >= 0 else first
-            for h in model.readers[j]:
-                if h in step_of and step_of[h] > end:
-                    end = step_of[h]
-            delta[first] += nbytes
-            delta[max(end, first) + 1] -= nbytes
-        else:
-            end = orig_step[last[j]]
-            for h in model.readers[j]:
-                if h in step_of and step_of[h] > end:
-                    end = step_of[h]
-            delta[orig_step[start[j]]] += nbytes
-            delta[end + 1] -= nbytes
-    delta.pop()
-    profile = list(itertools.accumulate(delta))
-    load = max(profile, default=0)
-    cost = sum(model.cand_cost[i] for i in effective)
-    return Evaluation(effective, anchor, load, model.static_bytes + load, tuple(profile), tuple(orig_step), cost)
-
-
-# --- the rewrite ---------------------------------------------------------------------
-
-
-def recomputable(graph: Graph) -> tuple[str, ...]:
-    """Names of the ops ``remat`` may recompute, in graph order."""
-    return build_model(graph).candidate_names()
-
-
-def apply_recompute(graph: Graph, ops: Iterable[str]) -> Graph:
-    """``graph`` with the ops named in ``ops`` recomputed before their late readers.
-
-    Names that are not recomputable (``recomputable``) raise ``ConfigError``; ops no
-    late use needs are left alone.
-    """
-    model = build_model(graph)
-    return rewrite(model, evaluate(model, candidate_indices(model, ops)))[0]
-
-
-def candidate_indices(model: RematModel, names: Iterable[str]) -> list[int]:
-    """The candidate indices of the ops named in ``names``; ``ConfigError`` for one that
-    is not recomputable."""
-    index = {model.graph.ops[k].name: i for i, k in enumerate(model.cand_op)}
-    chosen = []
-    for name in names:
-        if name not in index:
-            raise ConfigError(f"remat: op {name!r} is not recomputable; see mpplan.passes.remat.recomputable")
-        chosen.append(index[name])
-    return chosen
-
-
-def rewrite(model: RematModel, ev: Evaluation) -> tuple[Graph, tuple[str, ...], float]:
-    """The graph with ``ev``'s recomputes (module docstring), the names of the ops
-    added, and their total cost; the graph itself when nothing is recomputed."""
-    graph = model.graph
-    if not ev.chosen:
-        return graph, (), 0.0
-    topo = graph.topology
-    tensors, ops = graph.tensors, graph.ops
-    storage_of, producer = topo.storage_of, topo.producer
-    index = _storage_index(model)
-    recomputed = {model.storage_tensor[j] for i in ev.chosen for j in model.cand_outputs[i]}
-    taken_tensors = {t.name for t in tensors}
-    taken_ops = {o.name for o in ops}
-    late: dict[int, str] = {}  # tensor id -> the name late readers use
-    new_tensors: list[Tensor] = []
-    redefined: dict[int, Tensor] = {}
-    out: list[Op] = []
-    added: list[str] = []
-    added_cost = 0.0
-
-    def fresh(base: str, taken: set[str]) -> str:
-        name, k = base + SUFFIX, 1
-        while name in taken:  # only when the input graph already uses the name
-            k += 1
-            name = f"{base}{SUFFIX}{k}"
-        taken.add(name)
-        return name
-
-    def late_split(t: int) -> int:
-        return model.split[index[storage_of[t]]]
-
-    def late_name(t: int) -> str:
-        """The tensor a late reader of ``t`` reads, making a recreated view if needed."""
-        if storage_of[t] not in recomputed:
-            return tensors[t].name
-        if t in late:
-            return late[t]
-        tensor = tensors[t]
-        assert tensor.alias_of is not None, f"{tensor.name}: read late before its recompute"
-        p = producer[t]
-        if p >= late_split(t):
-            return tensor.name  # a view made late: redefined on the recomputed base
-        if p < 0:
-            base = late_name(topo.tensor_index[tensor.alias_of])
-            late[t] = fresh(tensor.name, taken_tensors)
-            new_tensors.append(_copy_tensor(tensor, late[t], alias_of=base))
-            return late[t]
-        emit_recompute(ops[p])  # a view op made early: repeat it on the recomputed base
-        return late[t]
-
-    def emit_recompute(op: Op) -> None:
-        nonlocal added_cost
-        inputs = tuple(late_name(topo.tensor_index[name]) for name in op.inputs)
-        outputs = []
-        for name in op.outputs:
-            t = topo.tensor_index[name]
-            tensor = tensors[t]
-            late[t] = fresh(name, taken_tensors)
-            alias = None if tensor.alias_of is None else late_name(topo.tensor_index[tensor.alias_of])
-            new_tensors.append(_copy_tensor(tensor, late[t], alias_of=alias))
-            outputs.append(late[t])
-        name = fresh(op.name, taken_ops)
-        out.append(Op(name, op.type, inputs, tuple(outputs), op.cost, op.device, None, op.module, None, op.name))
-        added.append(name)
-        added_cost += op.cost
-
-    anchored: dict[int, list[int]] = {}
-    for i in ev.chosen:
-        anchored.setdefault(ev.anchor[i], []).append(i)
-    for k, op in enumerate(ops):
-        for i in anchored.get(k, ()):
-            emit_recompute(ops[model.cand_op[i]])
-        inputs = tuple(
-            late_name(t) if storage_of[t] in recomputed and k >= late_split(t) else tensors[t].name
-            for t in (topo.tensor_index[name] for name in op.inputs)
-        )
-        for name in op.outputs:
-            t = topo.tensor_index[name]
-            base = tensors[t].alias_of
-            if base is not None and storage_of[t] in recomputed and k >= late_split(t) and t not in redefined:
-                redefined[t] = _copy_tensor(tensors[t], name, alias_of=late_name(topo.tensor_index[base]))
-        out.append(op if inputs == op.inputs else _with_inputs(op, inputs))
-    all_tensors = tuple(redefined.get(t, tensor) for t, tensor in enumerate(tensors)) + tuple(new_tensors)
-    return Graph(graph.name, all_tensors, tuple(out), graph.outputs), tuple(added), added_cost
-
-
-def _copy_tensor(tensor: Tensor, name: str, *, alias_of: str | None) -> Tensor:
-    return Tensor(name, tensor.nbytes, tensor.kind, tensor.shape, tensor.dtype, alias_of, tensor.grad_of)
-
-
-def _with_inputs(op: Op, inputs: tuple[str, ...]) -> Op:
-    return Op(op.name, op.type, inputs, op.outputs, op.cost, op.device, op.backward_of, op.module, op.stage,
-              op.recompute_of)

@@ -1,8 +1,8 @@
 """The budget search's evaluator: one choice of recomputes, its exact memory profile,
 and changes to it scored by re-simulating only the steps they touch.
 
-``evaluate`` (``mpplan.passes.remat_model``) simulates every storage of the graph for
-one choice.  The greedy of ``mpplan.passes.remat_budget`` asks that dozens of times
+``evaluate`` (``mpplan.passes.remat.model``) simulates every storage of the graph for
+one choice.  The greedy of ``mpplan.passes.remat.budget`` asks that dozens of times
 per step for choices one move apart, which made it quadratic in the graph.  A
 ``Choice`` keeps the profile of the rewritten as-given order and scores a change
 (``trial``) from the steps between the first and the last one it touches:
@@ -24,7 +24,8 @@ depend on the order moves were made in.  The tests hold every committed ``Choice
 equal to a fresh ``evaluate`` of its candidates.
 
 >>> from mpplan.capture import synthetic
->>> from mpplan.passes.remat_model import build_model, evaluate
+>>> from mpplan.passes.remat.evaluation import evaluate
+>>> from mpplan.passes.remat.model import build_model
 >>> model = build_model(synthetic.chain(3, train=True))
 >>> choice = Choice.build(model)
 >>> trial = choice.trial(0, add=[0])
@@ -45,89 +46,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpplan.errors import GraphError
-from mpplan.passes.remat_model import NEVER, Evaluation, RematModel, anchors
-from mpplan.passes.remat_moves import MoveCache
+from mpplan.passes.remat.evaluation import Evaluation, anchors
+from mpplan.passes.remat.index import Intervals, ModelIndex, draw, spans
+from mpplan.passes.remat.model import NEVER, RematModel
+from mpplan.passes.remat.moves import MoveCache
 
 __all__ = ["Choice", "ModelIndex", "Trial"]
 
-Intervals = tuple[int, ...]
-"""A storage's live intervals as inclusive step-key pairs ``(first, last, ...)``."""
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class ModelIndex:
-    """What the evaluator needs of a ``RematModel`` beyond the model: computed once per
-    search and shared by every ``Choice`` of it.
-
-    ``span``: the step-key stride (module docstring); ``unit``: the common
-    denominator (a power of two) that makes every candidate cost an integer
-    ``cand_units[i]``; ``producers[i]``: candidates whose outputs candidate ``i``
-    reads (the inverse of ``cand_consumers``); ``reads[i]``: storages whose
-    ``readers`` include ``i``; ``op_keys``: the step key of every original op.
-    """
-
-    model: RematModel
-    span: int
-    unit: int
-    cand_units: tuple[int, ...]
-    producers: tuple[tuple[int, ...], ...]
-    reads: tuple[tuple[int, ...], ...]
-    op_keys: np.ndarray
-
-    @classmethod
-    def of(cls, model: RematModel) -> ModelIndex:
-        """The index of ``model``; ``GraphError`` for a candidate cost that is not finite."""
-        ratios = []
-        for i, cost in enumerate(model.cand_cost):
-            try:
-                ratios.append(cost.as_integer_ratio())
-            except (OverflowError, ValueError):
-                name = model.graph.ops[model.cand_op[i]].name
-                raise GraphError(f"op {name!r}: expected a finite cost, got {cost}; fix the graph") from None
-        unit = max((den for _, den in ratios), default=1)
-        producers: list[list[int]] = [[] for _ in model.cand_op]
-        for p, consumers in enumerate(model.cand_consumers):
-            for c in consumers:
-                producers[c].append(p)
-        reads: list[list[int]] = [[] for _ in model.cand_op]
-        for j, readers in enumerate(model.readers):
-            for h in readers:
-                reads[h].append(j)
-        span = model.num_candidates + 1
-        return cls(
-            model=model,
-            span=span,
-            unit=unit,
-            cand_units=tuple(num * (unit // den) for num, den in ratios),
-            producers=tuple(map(tuple, producers)),
-            reads=tuple(map(tuple, reads)),
-            op_keys=np.arange(model.num_ops, dtype=np.int64) * span + (span - 1),
-        )
-
-    def intervals(self, j: int, anchor: dict[int, int], moved: dict[int, int]) -> Intervals:
-        """Storage ``j``'s live intervals when the recomputes run where ``anchor`` says,
-        updated by ``moved`` (``NEVER``: not run); the rule of ``evaluate``."""
-        m, span = self.model, self.span
-        first = -1
-        p = m.producer[j]
-        if p >= 0:
-            a = moved[p] if p in moved else anchor.get(p, NEVER)
-            if a < NEVER:
-                first = a * span + p
-        if first >= 0:
-            late_last = m.late_last[j]
-            end = late_last * span + span - 1 if late_last >= 0 else first
-        else:
-            end = m.last[j] * span + span - 1
-        for h in m.readers[j]:
-            a = moved[h] if h in moved else anchor.get(h, NEVER)
-            if a < NEVER and a * span + h > end:
-                end = a * span + h
-        start = m.start[j] * span + span - 1
-        if first >= 0:
-            return start, m.early_last[j] * span + span - 1, first, max(end, first)
-        return start, end
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -206,7 +131,7 @@ class Choice:
         intervals = [index.intervals(j, anchor, {}) if size else () for j, size in enumerate(model.size)]
         slots = np.array(sorted(a * span + i for i, a in anchor.items()), dtype=np.int64)
         keys = np.sort(np.concatenate((index.op_keys, slots)))
-        profile, starts = _draw(keys, intervals, model.size)
+        profile, starts = draw(keys, intervals, model.size)
         return cls(index, anchor, keys, profile, starts, intervals, MoveCache(model, index.producers))
 
     def copy(self) -> Choice:
@@ -265,7 +190,9 @@ class Choice:
         self, budget: int, *, levels: int, per_cost: bool = True, banned: frozenset[int] = frozenset(), limit: int
     ) -> list[tuple[int, ...]]:
         """The best ``limit`` moves from this choice (``MoveCache.ranked``)."""
-        return self.moves.ranked(self, budget, levels=levels, per_cost=per_cost, banned=banned, limit=limit)
+        return self.moves.ranked(
+            self.anchor, self.over_counts(budget), levels=levels, per_cost=per_cost, banned=banned, limit=limit
+        )
 
     def trial(self, budget: int, *, add: Iterable[int] = (), remove: Iterable[int] = ()) -> Trial:
         """This choice with candidates ``add`` added and ``remove`` removed, scored at
@@ -290,8 +217,8 @@ class Choice:
         intervals = {j: index.intervals(j, anchor, moved) for j in touched}
         gone = [anchor[c] * span + c for c in moved if c in anchor]
         new = sorted(a * span + c for c, a in moved.items() if a < NEVER)
-        old_firsts, old_lasts, old_sizes = _spans(self.intervals, touched, model.size)
-        new_firsts, new_lasts, new_sizes = _spans(intervals, touched, model.size)
+        old_firsts, old_lasts, old_sizes = spans(self.intervals, touched, model.size)
+        new_firsts, new_lasts, new_sizes = spans(intervals, touched, model.size)
         firsts, lasts = old_firsts + new_firsts, old_lasts + new_lasts
         ends = [a * span + span - 1 for a in moved.values() if a < NEVER]
         keys = self.keys
@@ -359,10 +286,10 @@ class Choice:
         keys = np.insert(kept, at, added)
         profile = np.insert(trial.value[keep], at, trial.held)
         starts = self.starts[lo:hi].copy()
-        firsts, _, sizes = _spans(self.intervals, trial.intervals, model.size)
+        firsts, _, sizes = spans(self.intervals, trial.intervals, model.size)
         np.add.at(starts, seg.searchsorted(firsts), -np.array(sizes, np.int64))
         starts = np.insert(starts[keep], at, 0)
-        firsts, _, sizes = _spans(trial.intervals, trial.intervals, model.size)
+        firsts, _, sizes = spans(trial.intervals, trial.intervals, model.size)
         np.add.at(starts, keys.searchsorted(firsts), np.array(sizes, np.int64))
         self.keys = np.concatenate((self.keys[:lo], keys, self.keys[hi:]))
         self.profile = np.concatenate((self.profile[:lo], profile, self.profile[hi:]))
@@ -424,32 +351,3 @@ class Choice:
         before, after = self._maxima
         best = int(before[lo - 1]) if lo > 0 else 0
         return max(best, int(after[hi])) if hi < len(self.profile) else best
-
-
-def _spans(
-    intervals: list[Intervals] | dict[int, Intervals], storages: Iterable[int], size: tuple[int, ...]
-) -> tuple[list[int], list[int], list[int]]:
-    """``storages``' live intervals: their first keys, last keys and bytes."""
-    firsts: list[int] = []
-    lasts: list[int] = []
-    sizes: list[int] = []
-    for j in storages:
-        spans = intervals[j]
-        firsts += spans[::2]
-        lasts += spans[1::2]
-        sizes += [size[j]] * (len(spans) // 2)
-    return firsts, lasts, sizes
-
-
-def _draw(keys: np.ndarray, intervals: list[Intervals], size: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The profile over ``keys`` of storages live over ``intervals``, and the bytes of
-    those whose life starts at each step."""
-    firsts, lasts, sizes = _spans(intervals, range(len(intervals)), size)
-    amount = np.array(sizes, np.int64)
-    first = keys.searchsorted(firsts)
-    delta = np.zeros(len(keys) + 1, np.int64)
-    np.add.at(delta, first, amount)
-    np.add.at(delta, keys.searchsorted(lasts) + 1, -amount)
-    starts = np.zeros(len(keys), np.int64)
-    np.add.at(starts, first, amount)
-    return np.cumsum(delta[:-1]), starts

@@ -1,50 +1,5 @@
-"""remat(graph, policy) -> RematResult: recompute activations instead of keeping them.
-
-A recomputed op runs again, as a real op ``<F>@recompute``, right before the first
-late reader of its outputs, so the originals die after their last early use; the
-rules (what is early and late, what may be recomputed, how views and chains are
-rewritten) are ``mpplan.passes.remat_model``'s, which every policy decides on.
-
-Policies (``POLICIES``):
-
-``none``
-    the graph unchanged.
-``mirror``
-    MXNet's mirror plan at ``threshold`` bytes per recomputed stretch, or at the
-    threshold MXNet's search picks (``mpplan.passes.remat_policies``).
-``sqrt``
-    Chen et al.'s sqrt(n) checkpoints (``mpplan.passes.remat_policies``).
-``budget``
-    fit ``budget`` bytes (an ``int``, or a ``float`` fraction of the no-remat peak,
-    ``static + LOAD`` of the as-given order) with the least added op cost: a greedy
-    heuristic over single and chained recomputes, or a MILP warm-started by it
-    (``mpplan.passes.remat_budget``).
-
-All memory accounting is of the rewritten graph in its own as-given order, the
-order ``sim`` scores: ``peak = static + LOAD``.  A budget under the smallest peak any
-choice of recomputes reaches raises ``InfeasibleError`` naming that smallest
-feasible budget in bytes (proved minimal by the MILP when one is installed).
-
-Example: a three-layer training chain.  ``a`` waits through the whole backward of
-``B`` and ``C``; recomputing it right before ``B``'s backward lowers the peak by 100
-bytes for one op's cost.
-
->>> from mpplan.graph import Graph, Kind, Op, Tensor
->>> acts = [Tensor(t, 100) for t in "abc"] + [Tensor("l", 1)]
->>> grads = [Tensor(g, 100, Kind.GRAD) for g in ("gc", "gb", "ga")] + [Tensor("gx", 8, Kind.GRAD)]
->>> forward = [Op("A", "f", ("x",), ("a",), 1.0), Op("B", "f", ("a",), ("b",), 1.0),
-...            Op("C", "f", ("b",), ("c",), 1.0), Op("L", "loss", ("c",), ("l",), 1.0)]
->>> backward = [Op("L.bw", "g", ("l", "c"), ("gc",), 1.0, backward_of="L"),
-...             Op("C.bw", "g", ("gc", "b"), ("gb",), 1.0, backward_of="C"),
-...             Op("B.bw", "g", ("gb", "a"), ("ga",), 1.0, backward_of="B"),
-...             Op("A.bw", "g", ("ga", "x"), ("gx",), 1.0, backward_of="A")]
->>> g = Graph("mlp", (Tensor("x", 8, Kind.INPUT), *acts, *grads), (*forward, *backward), ("l", "gx"))
->>> r = remat(g, "budget", budget=350)
->>> r.baseline_peak_bytes, r.peak_bytes, r.recomputed, r.recompute_ops
-(409, 309, ('a',), ('A@recompute',))
->>> [op.name for op in r.graph.ops][5:]
-['C.bw', 'A@recompute', 'B.bw', 'A.bw']
-"""
+"""The ``remat`` entry point and its record: check the arguments, run a policy, measure
+the rewritten graph (the package docstring describes the policies)."""
 
 from __future__ import annotations
 
@@ -54,48 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpplan import sim
-from mpplan.errors import ConfigError
+from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
-from mpplan.passes.remat_budget import EXACT_MAX_OPS, SOLVERS, fit_budget, min_feasible_budget
-from mpplan.passes.remat_model import (
-    MIN_GAP,
-    NEVER,
-    SUFFIX,
-    Evaluation,
-    RematModel,
-    apply_recompute,
-    build_model,
-    candidate_indices,
-    evaluate,
-    is_random,
-    recomputable,
-    rewrite,
-)
-from mpplan.passes.remat_policies import MirrorPlan, mirror_plan, mirror_search, mirror_thresholds, sqrt_checkpoints
+from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
+from mpplan.passes.remat.evaluation import evaluate
+from mpplan.passes.remat.model import RematModel, build_model
+from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
+from mpplan.passes.remat.rewriting import candidate_indices, rewrite
 
-__all__ = [
-    "EXACT_MAX_OPS",
-    "MIN_GAP",
-    "NEVER",
-    "POLICIES",
-    "SOLVERS",
-    "SUFFIX",
-    "Evaluation",
-    "MirrorPlan",
-    "RematModel",
-    "RematResult",
-    "apply_recompute",
-    "build_model",
-    "evaluate",
-    "is_random",
-    "min_feasible_budget",
-    "mirror_plan",
-    "mirror_search",
-    "mirror_thresholds",
-    "recomputable",
-    "remat",
-    "sqrt_checkpoints",
-]
+__all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "remat"]
 
 POLICIES = ("none", "mirror", "sqrt", "budget")
 
@@ -162,6 +84,18 @@ class RematResult:
 
 
 
+class RematInfeasibleError(InfeasibleError):
+    """No choice of recomputes fits the budget.  ``best`` is the least-peak rewrite
+    found (its ``peak_bytes`` over the budget): the best infeasible answer, which the
+    planner plans and the CLI writes next to the refusal.  ``plan`` is that plan,
+    when the planner made one."""
+
+    def __init__(self, message: str, missing_bytes: int, best: RematResult, plan: Any = None) -> None:
+        super().__init__(message, missing_bytes=missing_bytes)
+        self.best = best
+        self.plan = plan
+
+
 # --- the entry point -----------------------------------------------------------------
 
 
@@ -182,7 +116,8 @@ def remat(
     ``heuristic`` or ``exact``; ``time_limit_s`` caps the budget search: the exact
     solver, and the heuristic's extra starts and local search (its first greedy
     pass always runs to the end).  Raises ``ConfigError`` for a bad argument and ``InfeasibleError``
-    when no choice of recomputes fits the budget.
+    (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
+    recomputes fits the budget.
     """
     clock = time.perf_counter()
     if policy not in POLICIES:
@@ -212,7 +147,12 @@ def remat(
     if limit >= baseline:
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
-    fit = fit_budget(model, limit, solver, time_limit_s, clock)
+    try:
+        fit = fit_budget(model, limit, solver, time_limit_s, clock)
+    except BudgetInfeasibleError as exc:
+        best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
+                       note="the budget is infeasible: the least peak found")
+        raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
     return _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
                    optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
 

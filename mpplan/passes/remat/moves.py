@@ -5,7 +5,7 @@ recompute would keep alive, level by level, as in Chen's segments (recomputing o
 link of a chain of equal-sized tensors frees nothing, the whole segment frees all but
 its head).  Its estimated gain is the over-budget byte-steps it frees: its members'
 outputs between their last early use and their recompute, less the kept inputs'
-extra life until the latest recompute reading them (``_walk``).  ``ranked`` orders
+extra life until the latest recompute reading them (``mpplan.passes.remat.chains``).  ``ranked`` orders
 the moves by gain per unit cost (or by gain), best first.
 
 Every gain is a sum of terms ``bytes * over(x, y)``, ``over(x, y)`` being the steps
@@ -22,8 +22,8 @@ Example: in a chain of four layers trained, the first activation waits longest f
 its backward, so recomputing it frees the most.
 
 >>> from mpplan.capture import synthetic
->>> from mpplan.passes.remat_incremental import Choice
->>> from mpplan.passes.remat_model import build_model
+>>> from mpplan.passes.remat.choice import Choice
+>>> from mpplan.passes.remat.model import build_model
 >>> model = build_model(synthetic.chain(4, train=True))
 >>> choice = Choice.build(model)
 >>> moves = choice.ranked(choice.load - 1, levels=CHAIN_LEVELS, limit=2)
@@ -34,131 +34,16 @@ its backward, so recomputing it frees the most.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mpplan.passes.remat_model import NEVER, RematModel
-
-if TYPE_CHECKING:
-    from mpplan.passes.remat_incremental import Choice
+from mpplan.passes.remat.chains import CHAIN_LEVELS, CHAIN_MAX_OPS, Chain, anchor_of, walk
+from mpplan.passes.remat.model import RematModel
 
 __all__ = ["CHAIN_LEVELS", "CHAIN_MAX_OPS", "MoveCache"]
 
-#: A chain move has at most this many levels (the candidate and its producers' levels
-#: above it) and this many candidates.
-CHAIN_LEVELS = 6
-CHAIN_MAX_OPS = 8
-
 #: Rows are compacted once the dead ones outnumber the live ones by this much.
 COMPACT_SLACK = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    """One origin's walk.
-
-    ``moves``: (members, how many of ``terms`` make its gain), one per level;
-    ``terms``: (signed bytes, x, y), each worth ``bytes * over(x, y)``; ``tests``:
-    (x, y, whether ``over(x, y)`` was 0) for the growth decisions; ``chosen_reads``:
-    candidates whose being chosen it read; ``anchor_reads``: (candidate, where its
-    recompute would run) for the anchors it read.  The walk comes out the same while
-    none of these read otherwise.
-    """
-
-    moves: tuple[tuple[tuple[int, ...], int], ...]
-    terms: tuple[tuple[int, int, int], ...]
-    tests: tuple[tuple[int, int, bool], ...]
-    chosen_reads: tuple[int, ...]
-    anchor_reads: tuple[tuple[int, int], ...]
-
-
-def _walk(model: RematModel, anchor: dict[int, int], i: int, over: Callable[[int, int], int]) -> Chain:
-    """The moves grown from unchosen candidate ``i``: ``i`` alone, then with each further
-    level of producers of the inputs the members would keep alive.
-
-    A member's input is kept alive by its recompute when it is not recomputed and its
-    last use comes before the member's anchor; when that adds life at steps over the
-    budget, its producer, when a candidate, joins the next level and runs right before
-    that member (a chain).  Growth stops at ``CHAIN_LEVELS`` levels, at
-    ``CHAIN_MAX_OPS`` members, or when no input is kept alive over the budget.  The
-    gain is over-budget byte-steps freed: the members' outputs between their last
-    early use and their recompute, less the kept inputs' extra life until the latest
-    recompute reading them; it is updated member by member, so a chain costs what its
-    members read.
-    """
-    at = _anchor_of(model, anchor, i)
-    anchor_reads = [(i, at)]
-    if at >= NEVER:
-        return Chain((), (), (), (), tuple(anchor_reads))
-    size, early_last, last, producer = model.size, model.early_last, model.last, model.producer
-    cand_inputs = model.cand_inputs
-    members: dict[int, int] = {}
-    extended: dict[int, int] = {}  # kept input -> the latest anchor reading it
-    terms: list[tuple[int, int, int]] = []
-    tests: list[tuple[int, int, bool]] = []
-    chosen_reads: list[int] = []
-    moves: list[tuple[tuple[int, ...], int]] = []
-
-    def add(member: int, at: int) -> None:
-        members[member] = at
-        for j in model.cand_outputs[member]:
-            terms.append((size[j], early_last[j], at))
-            if j in extended:  # no longer kept: its extra life is not paid
-                terms.append((size[j], last[j], extended.pop(j)))
-        for j in cand_inputs[member]:
-            p = producer[j]
-            if p in members:
-                continue
-            if p >= 0:
-                chosen_reads.append(p)
-            if p in anchor or extended.get(j, -1) >= at:
-                continue
-            if j in extended:
-                terms.append((size[j], last[j], extended[j]))
-            extended[j] = at
-            terms.append((-size[j], last[j], at))
-
-    add(i, at)
-    frontier = [i]
-    for _ in range(CHAIN_LEVELS - 1):
-        moves.append((tuple(sorted(members)), len(terms)))
-        grown: dict[int, int] = {}
-        for member in frontier:
-            at = members[member]
-            for j in cand_inputs[member]:
-                p = producer[j]
-                if p < 0:
-                    continue
-                chosen_reads.append(p)
-                if p in anchor or p in members:
-                    continue
-                zero = over(last[j], at) == 0
-                tests.append((last[j], at, zero))
-                if zero:
-                    continue
-                at_p = _anchor_of(model, anchor, p)
-                anchor_reads.append((p, at_p))
-                grown[p] = min(grown.get(p, NEVER), at, at_p)
-        if not grown or len(members) + len(grown) > CHAIN_MAX_OPS:
-            break
-        for p, at in grown.items():
-            add(p, at)
-        frontier = list(grown)
-    else:
-        moves.append((tuple(sorted(members)), len(terms)))
-    return Chain(tuple(moves), tuple(terms), tuple(tests), tuple(set(chosen_reads)), tuple(anchor_reads))
-
-
-def _anchor_of(model: RematModel, anchor: dict[int, int], i: int) -> int:
-    """Where candidate ``i``'s recompute would run if chosen now: before its first late
-    use or before the earliest chosen recompute reading it (``NEVER``: not needed)."""
-    at = model.cand_first_late[i]
-    for c in model.cand_consumers[i]:
-        if c in anchor and anchor[c] < at:
-            at = anchor[c]
-    return at
 
 
 class _Rows:
@@ -246,8 +131,8 @@ class MoveCache:
 
     def ranked(
         self,
-        choice: Choice,
-        budget: int,
+        anchor: dict[int, int],
+        over_counts: tuple[np.ndarray, np.ndarray],
         *,
         levels: int,
         per_cost: bool,
@@ -256,13 +141,15 @@ class MoveCache:
     ) -> list[tuple[int, ...]]:
         """The best ``limit`` moves of up to ``levels`` levels that free over-budget
         bytes and avoid ``banned``, by estimated gain per unit cost (or by gain,
-        ``per_cost=False``), best first; ties go to the smaller move."""
-        through, own = choice.over_counts(budget)
+        ``per_cost=False``), best first; ties go to the smaller move.  ``anchor`` is the
+        choice's (candidate -> where it runs), ``over_counts`` its ``Choice.over_counts``
+        at the budget."""
+        through, own = over_counts
 
         def over(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             return np.where(y > x, through[y] - through[x] - own[y], 0)
 
-        self._refresh(choice.anchor, through, own, over)
+        self._refresh(anchor, through, own, over)
         # Gains as differences of one running sum over every term row; int64 may wrap
         # in the running sum, never in a difference (one chain's gain).
         terms, moves = self.terms, self.moves
@@ -309,7 +196,7 @@ class MoveCache:
             # An anchor read depends on the reader's consumers: recheck those whose consumers moved.
             now = np.full(self.model.num_candidates, -1, np.int64)
             for x in {x for c in self.moved for x in self.producers[c]}:
-                now[x] = _anchor_of(self.model, anchor, x)
+                now[x] = anchor_of(self.model, anchor, x)
             seen = now[reads["cand"]]
             hit = (reads["value"] >= 0) & (seen >= 0) & (seen != reads["value"])
             stale.update(reads["origin"][hit & reads.live(self.gen)].tolist())
@@ -338,7 +225,7 @@ class MoveCache:
         for i in origins:
             if i in anchor:
                 continue
-            chain = _walk(model, anchor, i, over)
+            chain = walk(model, anchor, i, over)
             g = int(self.gen[i])
             first = base + len(terms["coef"])
             if chain.moves:

@@ -1,0 +1,184 @@
+"""The exact solver of remat's ``budget`` policy: build the MILP
+(``mpplan.passes.remat.formulation``, which describes it), solve it with HiGHS
+(``highspy``, else ``scipy.optimize.milp``), and map the answer back to candidates."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mpplan.passes.remat.formulation import INF, MAX_NONZEROS, MAX_Z_VARIABLES, Formulation
+from mpplan.passes.remat.model import RematModel
+
+__all__ = ["MAX_Z_VARIABLES", "IlpSolution", "available_backend", "solve"]
+
+
+@dataclass(frozen=True, slots=True)
+class IlpSolution:
+    """A solve's outcome.  ``chosen``: candidate indices (``None``: no solution);
+    ``status``: ``optimal``, ``time_limit``, ``infeasible``, ``too_large`` or
+    ``error``; ``objective``/``bound``: the best cost found and a proved lower bound
+    on it (bytes of dynamic peak when minimising the peak); ``size``: columns, rows,
+    nonzeros of the MILP."""
+
+    chosen: tuple[int, ...] | None
+    status: str
+    objective: float | None
+    bound: float | None
+    seconds: float
+    backend: str
+    note: str = ""
+    size: tuple[int, int, int] = (0, 0, 0)
+
+
+def available_backend() -> str | None:
+    """``highs`` (highspy), ``scipy-highs`` (scipy.optimize.milp), or ``None``."""
+    if importlib.util.find_spec("highspy") is not None:
+        return "highs"
+    if importlib.util.find_spec("scipy") is not None:
+        try:
+            from scipy.optimize import milp  # type: ignore[import-untyped]  # noqa: F401
+        except ImportError:
+            return None
+        return "scipy-highs"
+    return None
+
+
+def solve(
+    model: RematModel,
+    dyn_budget: int | None,
+    *,
+    time_limit_s: float = 60.0,
+    warm_start: Sequence[int] | None = None,
+    backend: str | None = None,
+) -> IlpSolution:
+    """Least-cost candidates keeping every step's dynamic bytes within ``dyn_budget``
+    (``None``: the candidates giving the least peak).  ``warm_start`` is a feasible
+    choice to start from."""
+    clock = time.perf_counter()
+    backend = backend or available_backend()
+    if backend is None:
+        return IlpSolution(None, "error", None, None, 0.0, "none", "no MILP backend installed")
+    built = Formulation(model, dyn_budget)
+    if built.too_large:
+        return IlpSolution(
+            None, "too_large", None, None, round(time.perf_counter() - clock, 6), backend,
+            f"MILP skipped: over {MAX_NONZEROS:,} nonzeros; used the heuristic",
+        )
+    warm = built.values(warm_start) if warm_start is not None and backend == "highs" else None
+    remaining = max(0.1, time_limit_s - (time.perf_counter() - clock))
+    x: list[float] | None
+    if not built.cost:  # nothing to decide: the rows are constants
+        fits = all(lo <= 0.0 <= hi for lo, hi in zip(built.row_lo, built.row_hi))
+        status, x, objective, bound = ("optimal", [], 0.0, 0.0) if fits else ("infeasible", None, None, None)
+    else:
+        run = _solve_highspy if backend == "highs" else _solve_scipy
+        status, x, objective, bound = run(built, remaining, warm)
+    seconds = round(time.perf_counter() - clock, 6)
+    size = (len(built.cost), len(built.row_lo), len(built.values_nz))
+    chosen = None if x is None else tuple(i for i, c in enumerate(built.r_col) if x[c] > 0.5)
+    scale = built.unit if dyn_budget is None else built.objective_scale
+    objective = None if objective is None else objective * scale
+    bound = None if bound is None or not math.isfinite(bound) else bound * scale
+    if dyn_budget is None and bound is not None:
+        bound = max(bound, float(built.lower_dyn))
+    note = {"time_limit": f"time limit {time_limit_s:.0f}s reached", "error": "the MILP solver failed"}.get(status, "")
+    return IlpSolution(chosen, status, objective, bound, seconds, backend, note, size)
+
+
+# --- backends ------------------------------------------------------------------------
+
+
+def _quiet_highs(highspy: Any) -> Any:
+    """A ``highspy.Highs``, without the banner its C++ constructor writes to the process's
+    stdout (file descriptor 1, past ``sys.stdout``) the first time: it would land in the
+    middle of the CLI's output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _solve_highspy(f: Formulation, time_limit_s: float, warm: list[float] | None):
+    import highspy
+    import numpy as np
+
+    h = _quiet_highs(highspy)
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 1e-9)
+    lp = highspy.HighsLp()
+    lp.num_col_ = len(f.cost)
+    lp.num_row_ = len(f.row_lo)
+    lp.col_cost_ = np.array(f.cost, dtype=float)
+    lp.col_lower_ = np.array(f.col_lo, dtype=float)
+    lp.col_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.col_hi], dtype=float)
+    lp.row_lower_ = np.array([-highspy.kHighsInf if v == -INF else v for v in f.row_lo], dtype=float)
+    lp.row_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.row_hi], dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(f.starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(f.index_nz, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(f.values_nz, dtype=float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in f.integer]
+    h.passModel(lp)
+    if warm is not None:
+        solution = highspy.HighsSolution()
+        solution.col_value = list(warm)
+        solution.value_valid = True
+        h.setSolution(solution)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2
+    x = list(h.getSolution().col_value) if has_solution else None
+    objective = info.objective_function_value if has_solution else None
+    bound = info.mip_dual_bound
+    names = highspy.HighsModelStatus
+    if status == names.kOptimal:
+        return "optimal", x, objective, objective if bound is None else bound
+    if status == names.kInfeasible:
+        return "infeasible", None, None, None
+    if status in (names.kTimeLimit, names.kInterrupt, names.kIterationLimit, names.kSolutionLimit):
+        return "time_limit", x, objective, bound
+    return "error", x, objective, None
+
+
+def _solve_scipy(f: Formulation, time_limit_s: float, warm: list[float] | None):
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
+    from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
+
+    del warm  # scipy's milp takes no starting point
+    matrix = csr_matrix(
+        (np.array(f.values_nz, dtype=float), np.array(f.index_nz), np.array(f.starts)),
+        shape=(len(f.row_lo), len(f.cost)),
+    )
+    constraints = [LinearConstraint(matrix, np.array(f.row_lo), np.array(f.row_hi))] if f.row_lo else []
+    result = milp(
+        np.array(f.cost),
+        integrality=np.array(f.integer, dtype=int),
+        bounds=Bounds(np.array(f.col_lo), np.array(f.col_hi)),
+        constraints=constraints,
+        options={"time_limit": float(time_limit_s), "mip_rel_gap": 0.0, "disp": False},
+    )
+    x = None if result.x is None else list(result.x)
+    bound = getattr(result, "mip_dual_bound", None)
+    if result.status == 0:
+        return "optimal", x, result.fun, result.fun if bound is None else bound
+    if result.status == 2:
+        return "infeasible", None, None, None
+    if result.status == 1:
+        return "time_limit", x, None if x is None else result.fun, bound
+    return "error", x, None, None

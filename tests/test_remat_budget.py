@@ -1,0 +1,86 @@
+"""The budget policy's contract: monotone in the budget, and a refusal carries its best answer.
+
+A larger budget must never be refused where a smaller one fits (on a 4-layer GPT-2
+the heuristic refused 108.5 MB while it planned 107.98 MB); a refusal names the
+least peak found and hands back that rewrite, which the planner plans and the CLI
+writes next to the refusal.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_remat import layered_graphs, peak, small_chain, training_graphs
+
+from mpplan.capture.graph_file import graph_from_dict
+from mpplan.errors import InfeasibleError
+from mpplan.graph import Graph
+from mpplan.passes.remat import RematInfeasibleError, build_model, remat
+from mpplan.passes.remat.ilp import available_backend
+
+DATA = Path(__file__).parent / "data"
+
+
+def fits(graph: Graph, budget: int, solver: str) -> bool:
+    try:
+        result = remat(graph, "budget", budget=budget, solver=solver, time_limit_s=30)
+    except InfeasibleError:
+        return False
+    assert result.peak_bytes <= budget
+    return True
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(training_graphs(), layered_graphs()), st.lists(st.floats(0.0, 1.0), min_size=2, max_size=6),
+       st.sampled_from(["heuristic", "auto"]))
+def test_a_larger_budget_is_never_refused_where_a_smaller_one_fits(graph: Graph, where: list[float],
+                                                                    solver: str) -> None:
+    if solver == "auto" and available_backend() is None:
+        solver = "heuristic"
+    model = build_model(graph)
+    lower, top = model.lower_bound(), peak(graph)
+    budgets = sorted({max(1, int(lower + w * (top - lower))) for w in where})
+    answers = [fits(graph, b, solver) for b in budgets]
+    assert answers == sorted(answers), list(zip(budgets, answers))
+
+
+def test_every_budget_from_the_least_peak_up_fits() -> None:
+    """Budgets at and above the least peak found all fit: a sweep over a chain, byte by byte near it."""
+    graph = small_chain(10)
+    with pytest.raises(RematInfeasibleError) as info:
+        remat(graph, "budget", budget=build_model(graph).lower_bound() - 1, solver="heuristic")
+    least = info.value.best.peak_bytes
+    for budget in [least, least + 1, least + 7, *range(least + 64, peak(graph), 997)]:
+        assert fits(graph, budget, "heuristic"), budget
+
+
+def test_a_refusal_carries_the_least_peak_rewrite() -> None:
+    graph = small_chain(8)
+    budget = build_model(graph).lower_bound() - 1
+    with pytest.raises(RematInfeasibleError) as info:
+        remat(graph, "budget", budget=budget, solver="heuristic")
+    best = info.value.best
+    best.graph.validate()
+    assert best.peak_bytes == peak(best.graph) > budget
+    assert best.recompute_ops and best.peak_bytes < best.baseline_peak_bytes
+    assert info.value.missing_bytes == best.peak_bytes - budget
+    assert f"is {best.peak_bytes} bytes" in str(info.value)
+
+
+def gpt2_4layer() -> Graph:
+    """The graph of the bug report, kept as a fixture: Hugging Face GPT-2 with n_layer 4,
+    n_head 4, n_embd 256, vocab 2048, batch 4x256, Adam, under ``grads: dynamic``
+    (``capture`` of ``mpplan.zoo.gpt2:gpt2``, then ``planner.memory_model``)."""
+    doc = json.loads(gzip.decompress((DATA / "gpt2_4layer_adam_dynamic.json.gz").read_bytes()))
+    return graph_from_dict(doc)
+
+
+@pytest.mark.parametrize("budget", [107_414_536, 107_983_880, 108_500_000, 110_207_313, 111_122_648])
+def test_regression_gpt2_budgets_over_the_least_peak_are_not_refused(budget: int) -> None:
+    """The heuristic refused these budgets naming 107,414,536 bytes as the smallest feasible."""
+    assert fits(gpt2_4layer(), budget, "heuristic")
