@@ -11,6 +11,12 @@ capture recorded, then the optimizer.
 * **Recompute**: the recomputes ``apply`` honours (``RecomputePolicy``) are put back
   in with ``apply_recompute``, right before their first late reader: the backward
   node that unpacks the saved tensor recomputes it then (``mpplan.runtime.recompute``).
+* **Saved tensors live to the end of their backward node**: autograd unpacks a
+  node's saved tensors (and recomputes) when the node starts and releases them when
+  it ends, so a forward tensor a backward op reads is held to the last op of the
+  node that op runs in (the ops sharing its ``backward_of``), not freed after its
+  own last reader: ``mm``'s backward keeps its saved input while it computes the
+  second of its two gradients.
 * **The optimizer** is the one ``torch.optim`` really runs, not the capture's
   capturable single-tensor update.  ``torch.optim.Adam`` on CPU runs its
   single-tensor loop, where ``denom = (exp_avg_sq.sqrt() / bc2).add_(eps)`` holds two
@@ -23,7 +29,7 @@ capture recorded, then the optimizer.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mpplan import sim
 from mpplan.capture.torch_capture import CapturedProgram, SourceRole
@@ -75,9 +81,41 @@ def apply_memory_graph(
     ops = tuple(recompute_ops)
     if ops:
         graph = apply_recompute(graph, dict.fromkeys(ops))
+    graph = _held_to_node_end(graph, program)
     if program.optimizer is None:
         return graph
     return _with_torch_optim(graph, program, optimizer_path)
+
+
+def _held_to_node_end(graph: Graph, program: CapturedProgram) -> Graph:
+    """``graph`` with every saved tensor also read by the last op of each backward node that reads it.
+
+    A saved tensor is one a forward op (or a recompute) makes and a backward op
+    reads; a node is the run of backward ops sharing a ``backward_of``.
+    """
+    phase = program.op_phases
+    forward_made = {
+        t for op in graph.ops
+        if phase.get(op.name) == "forward" or op.recompute_of is not None
+        for t in op.outputs
+    }
+    last: dict[str, int] = {}
+    for k, op in enumerate(graph.ops):
+        if op.backward_of is not None and phase.get(op.name) == "backward":
+            last[op.backward_of] = k
+    held: dict[int, list[str]] = {}
+    for op in graph.ops:
+        if op.backward_of is None or phase.get(op.name) != "backward":
+            continue
+        end = held.setdefault(last[op.backward_of], [])
+        end.extend(t for t in op.inputs if t in forward_made and t not in end)
+    if not held:
+        return graph
+    ops = []
+    for k, op in enumerate(graph.ops):
+        extra = tuple(t for t in held.get(k, ()) if t not in op.inputs)
+        ops.append(replace(op, inputs=(*op.inputs, *extra)) if extra else op)
+    return Graph(graph.name, graph.tensors, tuple(ops), graph.outputs).validate()
 
 
 def _with_torch_optim(graph: Graph, program: CapturedProgram, path: str) -> Graph:
