@@ -21,8 +21,10 @@ from mpplan.capture.torch_capture import default_loss
 from mpplan.config import Device
 from mpplan.planner import PlannerSettings, plan
 from mpplan.runtime import apply, cuda_available
+from mpplan.errors import InfeasibleError
+from mpplan.runtime.apply_budget import max_batch, plan_for_apply
 from mpplan.runtime.apply_memory import predict_apply
-from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy
+from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, forward_calls
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
@@ -211,3 +213,47 @@ def test_apply_on_cuda_holds_the_predicted_peak() -> None:
     predicted = wrapped.prediction().peak_bytes
     assert wrapped.hooks is not None and wrapped.hooks.mismatch is None
     assert _within(measured, predicted), (measured, predicted)
+
+
+def test_plan_for_apply_fits_a_byte_budget_in_the_users_loop(gpt) -> None:
+    """The remat pass's budget is lowered until apply's own peak fits; measured, it does."""
+    model, inputs, program = gpt
+    eager_peak, eager_losses, _ = _loop(copy.deepcopy(model), inputs)
+    budget = int(0.7 * eager_peak)
+    device = [Device("cuda:0", 1 << 30)]
+    fitted = plan_for_apply(program, device, PlannerSettings(placement="single", grads="dynamic"), budget,
+                            forward_calls=forward_calls(model, inputs, torch.device("cpu")))
+    verify(program.graph, fitted.plan)
+    assert fitted.prediction.peak_bytes <= budget and fitted.plan.remat
+    wrapped = apply(copy.deepcopy(model), fitted.plan, inputs, optimizer="adam", devices="virtual")
+    peak, losses, _ = _loop(wrapped, inputs)
+    assert losses == eager_losses
+    assert peak <= budget * (1 + 0.001)  # the prediction is exact to a few hundred bytes (Adam's step scalars)
+    with pytest.raises(InfeasibleError):
+        plan_for_apply(program, device, PlannerSettings(placement="single", grads="dynamic"), budget // 4)
+
+
+def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap() -> None:
+    """The batch max_batch finds trains in the user's loop under the cap; one more does not fit any plan."""
+    torch.manual_seed(0)
+    model = zoo.build("gpt", **GPT)
+    captured = {}
+
+    def capture(batch):
+        inputs = zoo.example_inputs("gpt", batch=batch, seq_len=32, vocab_size=64)
+        program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
+        captured[batch] = (inputs, program)
+        return program, forward_calls(model, inputs, torch.device("cpu"))
+
+    cap = 2 << 20
+    settings = PlannerSettings(placement="single", grads="dynamic")
+    fit = max_batch(capture, [Device("cuda:0", cap)], settings, cap)
+    assert 1 < fit.batch < 64
+    assert dict(fit.tried)[fit.batch] and not dict(fit.tried)[fit.batch + 1]
+    inputs, program = captured[fit.batch]
+    verify(program.graph, fit.result.plan, check_capacity=False)
+    wrapped = apply(copy.deepcopy(model), fit.result.plan, inputs, optimizer="adam", devices="virtual")
+    peak, _, _ = _loop(wrapped, inputs)
+    assert peak <= cap
+    # Without recompute the same batch would not fit: the recompute is what makes it train.
+    assert fit.result.plan.remat and predict_apply(program).peak_bytes > cap
