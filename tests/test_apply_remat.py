@@ -257,3 +257,38 @@ def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap() -> None:
     assert peak <= cap
     # Without recompute the same batch would not fit: the recompute is what makes it train.
     assert fit.result.plan.remat and predict_apply(program).peak_bytes > cap
+
+
+def test_a_remat_budget_can_be_a_fraction_of_the_devices_capacity(gpt) -> None:
+    """'0.45 capacity' plans exactly as the bytes it stands for; the smallest device's capacity counts."""
+    _, _, program = gpt
+    capacity = 2 << 20
+    devices = [Device("cuda:0", capacity)]
+    as_fraction = plan(program.graph, devices, PlannerSettings(
+        placement="single", remat="budget", remat_budget="45% capacity", grads="dynamic"))
+    as_bytes = plan(program.graph, devices, PlannerSettings(
+        placement="single", remat="budget", remat_budget=int(0.45 * capacity), grads="dynamic"))
+    verify(program.graph, as_fraction)
+    assert as_fraction.remat and as_fraction.remat == as_bytes.remat
+    assert as_fraction.max_peak_bytes == as_bytes.max_peak_bytes <= 0.45 * capacity
+    assert as_fraction.settings["remat_chosen"]["budget_bytes"] == int(0.45 * capacity)
+    two = [Device("cuda:0", 4 * capacity), Device("cuda:1", capacity)]
+    smallest = plan(program.graph, two, PlannerSettings(
+        placement="single", remat="budget", remat_budget="0.45 capacity", grads="dynamic"))
+    assert smallest.settings["remat_chosen"]["budget_bytes"] == int(0.45 * capacity)
+
+
+def test_a_capacity_budget_out_of_range_is_one_config_error(tmp_path) -> None:
+    from mpplan.config import load_config
+    from mpplan.errors import ConfigError
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "model: {synthetic: {kind: chain, n: 4}}\n"
+        "devices: [{name: cuda:0, capacity: 1GiB}]\n"
+        "planner: {remat: {policy: budget, budget: 150% capacity}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"c\.yaml: planner\.remat\.budget: a fraction of capacity must lie in"):
+        load_config(config)
+    config.write_text(config.read_text().replace("150% capacity", "90% capacity"))
+    assert load_config(config).planner.remat.budget == "90% capacity"
