@@ -292,3 +292,17 @@ def test_a_capacity_budget_out_of_range_is_one_config_error(tmp_path) -> None:
         load_config(config)
     config.write_text(config.read_text().replace("150% capacity", "90% capacity"))
     assert load_config(config).planner.remat.budget == "90% capacity"
+
+
+def test_max_batch_prefers_the_least_recompute_at_the_same_batch() -> None:
+    from mpplan.cluster.objective import Objective
+    from mpplan.cluster.records import Result, Status
+
+    def result(key, batch, overhead, peak):
+        return Result(key, Status.PREDICTED_FIT, {"workload.batch": batch},
+                      predicted={"max_peak_bytes": peak, "compute_overhead": overhead})
+
+    sqrt = result("a", 16, 0.30, 100)
+    budget = result("b", 16, 0.05, 120)
+    smaller = result("c", 8, 0.0, 50)
+    assert Objective("max_batch").best([sqrt, budget, smaller], measured=False).key == "b"
