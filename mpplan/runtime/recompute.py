@@ -154,11 +154,11 @@ def forward_calls(model: torch.nn.Module, example_inputs: Any, device: torch.dev
 
     counter = _Counter()
     with FakeTensorMode(allow_non_fake_inputs=True) as fake:
-        state = {n: fake.from_tensor(t) for n, t in (*model.named_parameters(), *model.named_buffers())}
+        named = (*model.named_parameters(), *model.named_buffers())
+        state: dict[str, torch.Tensor] = {n: fake.from_tensor(t).to(device) for n, t in named}
         inputs = pytree.tree_map(
             lambda v: fake.from_tensor(v.to(device)) if isinstance(v, torch.Tensor) else v, example_inputs
         )
-        state = {n: t.to(device) for n, t in state.items()}
         with counter, torch.enable_grad():
             module = _Functional(model, state)
             call_module(module, inputs)
@@ -274,7 +274,7 @@ class RecomputeHooks:
         if entry is None or entry[2] != tensor.dtype:
             return None
         recipe, position, _ = entry
-        return _Ref(recipe, position, tuple(tensor.size()), tuple(tensor.stride()), tensor.storage_offset())
+        return _Ref(recipe, position, tuple(tensor.size()), tuple(tensor.stride()), int(tensor.storage_offset()))
 
     def _pack(self, tensor: torch.Tensor) -> Any:
         ref = self._ref_of(tensor)
