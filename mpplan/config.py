@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -103,7 +104,11 @@ class RematSection:
         "unset searches it as MXNet does)",
         default=None,
     )
-    budget: Any = _doc("budget: per-device bytes (16GiB) or a fraction of the no-remat peak (0.8)", default=None)
+    budget: Any = _doc(
+        "budget: per-device bytes (16GiB), a fraction of the no-remat peak (0.8), or of the device's capacity "
+        "('0.9 capacity', '90% capacity')",
+        default=None,
+    )
     solver: Literal["auto", "heuristic", "exact"] = _doc("budget: fast heuristic, exact ILP, or auto by size", default="auto")
     time_limit_s: float = _doc("budget: time limit of the exact solver", default=60.0)
 
@@ -518,11 +523,33 @@ def _check_remat(remat: RematSection, source: str) -> None:
         if remat.budget is None:
             raise ConfigError(f"{source}: planner.remat.budget: budget needs bytes (16GiB) or a fraction (0.8)")
         try:
-            parse_budget(remat.budget)
+            if capacity_fraction(remat.budget) is None:
+                parse_budget(remat.budget)
         except ValueError as exc:
             raise ConfigError(f"{source}: planner.remat.budget: {exc}") from None
     if remat.time_limit_s <= 0:
         raise ConfigError(f"{source}: planner.remat.time_limit_s: must be positive")
+
+
+_CAPACITY_BUDGET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*(?:of\s+)?(?:the\s+)?capacity\s*$", re.I)
+
+
+def capacity_fraction(value: Any) -> float | None:
+    """The fraction of a remat budget stated against the device's capacity ('0.9 capacity', '90% capacity').
+
+    ``None`` for any other form (bytes, a fraction of the no-remat peak); ``ValueError``
+    when the fraction is outside (0, 1].  The planner turns it into bytes of the
+    smallest device's capacity.
+    """
+    if not isinstance(value, str):
+        return None
+    match = _CAPACITY_BUDGET.match(value)
+    if match is None:
+        return None
+    fraction = float(match.group(1)) / (100 if match.group(2) else 1)
+    if not 0 < fraction <= 1:
+        raise ValueError(f"a fraction of capacity must lie in (0, 1] (or 0-100%), got {value!r}")
+    return fraction
 
 
 def parse_budget(value: Any) -> int | float:

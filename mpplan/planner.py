@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from mpplan import sim
-from mpplan.config import Device, PlannerSection
+from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, with_dynamic_grads
 from mpplan.passes import place
@@ -106,7 +106,7 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         clock = time.perf_counter()
         if settings.remat != "none":
             bar.update(0, note="remat")
-            rematted = _remat(graph, settings)
+            rematted = _remat(graph, settings, devices)
             graph = rematted.graph
             seconds["remat"] = _lap(clock)
             bar.update()
@@ -159,12 +159,16 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
     )
 
 
-def _remat(graph: Graph, settings: PlannerSettings) -> RematResult:
+def _remat(graph: Graph, settings: PlannerSettings, devices: Sequence[Device]) -> RematResult:
+    budget = settings.remat_budget
+    fraction = capacity_fraction(budget)
+    if fraction is not None:  # '0.9 capacity': bytes of the smallest device
+        budget = int(fraction * min(d.capacity for d in devices))
     return remat(
         graph,
         settings.remat,
         threshold=settings.remat_threshold,
-        budget=settings.remat_budget,
+        budget=budget,
         solver=settings.remat_solver,
         time_limit_s=settings.remat_time_limit_s,
     )

@@ -7,7 +7,8 @@ break the same way in every run (a resumed search picks the same best).
 * ``min_time_that_fits``: fastest measured step among candidates that fit.  The
   planner predicts memory, not time, so the prediction ranks by the extra work a
   plan adds, recompute (``compute_overhead``) then cross-device bytes, then peak.
-* ``max_batch``: the largest batch that fits, then the lowest peak, then time.
+* ``max_batch``: the largest batch that fits, then (predicted) the least recompute
+  and the lowest peak, (measured) the lowest peak, then time.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Objective:
         if self.name == "min_time_that_fits":
             return (predicted.get("compute_overhead", 0.0), predicted.get("cross_device_bytes", 0), peak, result.key)
         if self.name == "max_batch":
-            return (-self.batch(result), peak, result.key)
+            return (-self.batch(result), predicted.get("compute_overhead", 0.0), peak, result.key)
         return (peak, result.key)
 
     def measured_rank(self, result: Result) -> tuple[Any, ...]:

@@ -1,4 +1,4 @@
-"""``apply``: run a model with a plan's placement inside an ordinary training loop.
+"""``apply``: run a model with a plan's placement and recompute inside an ordinary training loop.
 
 ``apply(model, plan, example_inputs)`` returns a ``PlannedModule`` wrapping
 ``model``; ``out = m(*inputs)``, ``loss.backward()`` and ``optimizer.step()`` on
@@ -16,15 +16,22 @@ What it does, from the plan and the captured graph:
   any call that mixes devices (a residual add across a cut, a tied weight read on a
   second device) to the device of the innermost running submodule: the plan's
   cross-device copies, done differentiably, so their gradients flow back;
+* the plan's recomputes (``Plan.remat``) are honoured call by call
+  (``mpplan.runtime.recompute``): autograd keeps a recipe instead of each
+  recomputed result, and the backward node that needs it reruns that one ATen call,
+  where the plan put ``F@recompute``.  Recomputes of the loss's own ops (made after
+  the module returns) are out of reach and left out (``PlannedModule.recompute_ops``
+  lists those honoured);
 * backward ops run where autograd runs them, on their forward op's device, which
   is the rule the planner places backward ops by; gradients and optimizer state
   live with their parameter, as planned.
 
-What it does not honour: the plan's op order, its frees, arenas and offsets
-(memory is eager autograd's: saved tensors and the caching allocator), recompute,
-and cuts that fall inside one submodule's own code (those ops follow the
-submodule's first op).  ``evaluate`` is the faithful, measured execution; ``apply``
-is the plan's placement in a loop a user already has.
+Memory is eager autograd's (saved tensors, ``.grad``, the optimizer's temporaries),
+not the plan's arenas: ``PlannedModule.prediction()`` is the peak predicted for
+that (``mpplan.runtime.apply_memory``), which the tests hold the measured peak to.
+What it does not honour: the plan's op order, its frees, arenas and offsets, and
+cuts that fall inside one submodule's own code (those ops follow the submodule's
+first op).  ``evaluate`` is the faithful, measured execution of the plan itself.
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from mpplan.capture.torch_capture import OptimizerSpec, SourceRole
+from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec, SourceRole
 from mpplan.plan import Plan
+from mpplan.runtime.apply_memory import ApplyPrediction, predict_apply
 from mpplan.runtime.devices import DevicesArg, map_devices
+from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, forward_calls
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for
 
@@ -64,10 +73,8 @@ def apply(
     place; ``PlannedModule.remove()`` takes the hooks off again.
     """
     device_map = map_devices([d.name for d in plan.devices], devices)
-    program = capture_for(
-        model, example_inputs, device_map.torch_device(plan.devices[0].name), mode=mode, optimizer=optimizer,
-        loss_fn=loss_fn,
-    )
+    first = device_map.torch_device(plan.devices[0].name)
+    program = capture_for(model, example_inputs, first, mode=mode, optimizer=optimizer, loss_fn=loss_fn)
     schedule = compile_schedule(program, plan)
     placed = schedule.placed
     topo = placed.graph.topology
@@ -77,11 +84,17 @@ def apply(
             s = topo.storage_of[topo.tensor_index[src.tensor]]
             homes[src.key] = placed.storage_device[s]
     per_module = module_devices(program, schedule)
+    recompute = None
+    if plan.remat and mode == "train":
+        limit = forward_calls(model, example_inputs, first)
+        recompute = RecomputePolicy.from_records(program, plan.remat, limit)
     return PlannedModule(
         model,
         {k: str(device_map.torch_device(d)) for k, d in homes.items()},
         {m: str(device_map.torch_device(d)) for m, d in per_module.items()},
         planned={m: d for m, d in per_module.items()},
+        recompute=recompute,
+        program=program,
     )
 
 
@@ -112,7 +125,10 @@ class PlannedModule(torch.nn.Module):
 
     ``param_devices`` maps parameter and buffer FQNs to torch devices,
     ``module_devices`` submodule paths to torch devices, ``planned`` submodule paths
-    to planned device names (for reports).
+    to planned device names (for reports), ``recompute`` the forward calls to
+    recompute (``None``: none).  ``program`` is the captured program ``apply``
+    planned from (what ``prediction`` scores); ``hooks`` the recompute hooks, whose
+    ``mismatch`` says whether the module ran the calls the graph lists.
     """
 
     def __init__(
@@ -122,9 +138,13 @@ class PlannedModule(torch.nn.Module):
         module_devices: Mapping[str, str],
         *,
         planned: Mapping[str, str] | None = None,
+        recompute: RecomputePolicy | None = None,
+        program: CapturedProgram | None = None,
     ) -> None:
         super().__init__()
         self.module = module
+        self.program = program
+        self.hooks = RecomputeHooks(recompute) if recompute is not None and recompute.recompute else None
         self.param_devices = MappingProxyType(dict(param_devices))
         self.module_devices = MappingProxyType(dict(module_devices))
         self.planned = MappingProxyType(dict(planned or {}))
@@ -138,7 +158,29 @@ class PlannedModule(torch.nn.Module):
         if root is not None:
             args, kwargs = _to_device((args, kwargs), torch.device(root))
         with self._mixed_device_moves():
-            return self.module(*args, **kwargs)
+            if self.hooks is None:
+                return self.module(*args, **kwargs)
+            with self.hooks.forward():
+                return self.module(*args, **kwargs)
+
+    @property
+    def recompute_ops(self) -> tuple[str, ...]:
+        """The plan's recomputed forward ops this module honours (IR names)."""
+        return self.hooks.policy.ops if self.hooks is not None else ()
+
+    def prediction(self, optimizer_path: str | None = None) -> ApplyPrediction:
+        """The peak this module is predicted to hold per step in a user's loop, all devices together.
+
+        ``optimizer_path`` is how ``torch.optim`` runs the update: ``"foreach"``
+        (its default when the parameters are on CUDA) or ``"single"`` (elsewhere);
+        ``None`` picks that default from where the parameters are.
+        """
+        if self.program is None:
+            raise ValueError("prediction: this PlannedModule was not made by apply (it has no captured program)")
+        if optimizer_path is None:
+            on_cuda = all(p.device.type == "cuda" for p in self.module.parameters())
+            optimizer_path = "foreach" if on_cuda else "single"
+        return predict_apply(self.program, self.recompute_ops, optimizer_path=optimizer_path)
 
     def remove(self) -> None:
         """Take the hooks off (parameters stay where they are)."""
@@ -170,7 +212,8 @@ class PlannedModule(torch.nn.Module):
     def _enter(self, device: torch.device) -> Callable[..., Any]:
         def hook(_module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
             self._stack.append(device)
-            return _to_device((args, kwargs), device)
+            with self._moving():
+                return _to_device((args, kwargs), device)
 
         return hook
 
@@ -180,23 +223,34 @@ class PlannedModule(torch.nn.Module):
 
     @contextmanager
     def _mixed_device_moves(self) -> Iterator[None]:
-        with _MixedDeviceMode(self._stack):
+        with _MixedDeviceMode(self._stack, self._moving):
+            yield
+
+    @contextmanager
+    def _moving(self) -> Iterator[None]:
+        """The plan's copies: calls the graph does not list, so the recompute hooks don't count them."""
+        if self.hooks is None:
+            yield
+            return
+        with self.hooks.paused():
             yield
 
 
 class _MixedDeviceMode(TorchFunctionMode):
     """Move the tensor arguments of a call that mixes devices to the innermost running submodule's device."""
 
-    def __init__(self, stack: list[torch.device]) -> None:
+    def __init__(self, stack: list[torch.device], moving: Callable[[], Any]) -> None:
         super().__init__()
         self.stack = stack
+        self.moving = moving
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self.stack:
             found = {t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and _pinned(t)}
             if len(found) > 1:
-                args, kwargs = _to_device((args, kwargs), self.stack[-1])
+                with self.moving():
+                    args, kwargs = _to_device((args, kwargs), self.stack[-1])
         return func(*args, **kwargs)
 
 

@@ -1,0 +1,309 @@
+"""Per-op recompute in eager autograd: the plan's recomputes, honoured inside a user's loop.
+
+The plan says which forward ATen calls to recompute (``Plan.remat``: the op, and which
+of its outputs).  The captured graph lists the module's forward ATen calls in the
+order eager PyTorch makes them, so the *i*-th call the module makes is the *i*-th
+forward op of the graph.  While the wrapped forward runs, ``RecomputeHooks``:
+
+* counts ATen calls in a ``TorchDispatchMode``; for a call the plan recomputes it
+  keeps a *recipe* (the ATen overload and its arguments, where an argument that is
+  itself a recomputed result is kept as a reference to its recipe, not the tensor);
+* installs ``saved_tensors_hooks``: when autograd saves a tensor whose storage a
+  recipe makes, it stores a small handle instead of the tensor, so the forward's
+  result dies after its last forward use, as the plan's ``F`` does;
+* in backward, the first node that unpacks a handle reruns the recipe (under
+  ``no_grad``) and the result is cached until every handle and every dependent
+  recipe has read it: the plan's ``F@recompute``, right before its first late reader.
+
+Unlike ``torch.utils.checkpoint`` there are no regions: each recompute happens when
+its reader needs it, which is the timing the planner modelled (``apply_memory``).
+Correctness never depends on the matching: a recipe replays the very call that was
+made, so a graph that does not match the module only costs the memory the plan
+promised (``mismatch`` says where the counting stopped).  An argument modified in
+place between the forward and the recompute raises, as autograd does for saved
+tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mpplan.capture.torch_capture import CapturedProgram
+
+__all__ = ["IGNORED", "RecomputeHooks", "RecomputePolicy", "forward_calls"]
+
+#: Calls left out of the matching: ``make_fx`` records a ``detach`` where an op saves
+#: its output, and autograd ``detach``es every tensor it hands a pack hook; neither
+#: makes memory, and neither happens in the other run.
+IGNORED = "aten.detach.default"
+
+
+@dataclass(frozen=True, slots=True)
+class RecomputePolicy:
+    """Which forward ATen calls to recompute, by position in the module's forward.
+
+    ``forward_ops`` are the ATen overloads (``str(OpOverload)``) of the captured
+    forward ops in order, ``detach`` left out (``IGNORED``); ``recompute`` maps a position to the IR op name and the
+    positions, among the call's tensor results, that are recomputed.
+    """
+
+    forward_ops: tuple[str, ...]
+    recompute: Mapping[int, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(cls, program: CapturedProgram, records: Any, limit: int | None = None) -> RecomputePolicy:
+        """The policy for ``Plan.remat`` records over ``program``; only calls before position ``limit``."""
+        graph = program.graph
+        forward = [
+            op for op in graph.ops if program.op_phases.get(op.name) == "forward" and op.type != IGNORED
+        ]
+        position = {op.name: i for i, op in enumerate(forward)}
+        chosen: dict[int, list[int]] = {}
+        for record in records:
+            i = position.get(record["op"])
+            if i is None or (limit is not None and i >= limit):
+                continue
+            outputs = forward[i].outputs
+            if record["tensor"] in outputs:
+                chosen.setdefault(i, []).append(outputs.index(record["tensor"]))
+        return cls(
+            tuple(op.type for op in forward),
+            MappingProxyType({i: (forward[i].name, tuple(sorted(set(p)))) for i, p in sorted(chosen.items())}),
+        )
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """The IR names of the recomputed forward ops."""
+        return tuple(name for name, _ in self.recompute.values())
+
+
+@dataclass(slots=True)
+class _Recipe:
+    """One recomputable ATen call: replayed on demand, result cached while readers remain."""
+
+    func: Any
+    args: Any
+    versions: tuple[tuple[torch.Tensor, int], ...]
+    pending: int = 0
+    value: tuple[torch.Tensor, ...] | None = None
+
+    def materialise(self) -> tuple[torch.Tensor, ...]:
+        if self.value is None:
+            for tensor, version in self.versions:
+                if tensor._version != version:
+                    raise RuntimeError(
+                        f"apply: an input of {self.func} was modified in place after the forward; "
+                        "it cannot be recomputed (don't modify that tensor in place, or plan without recomputing it)"
+                    )
+            args, kwargs = pytree.tree_map(_resolve, self.args)
+            with torch.no_grad():
+                out = self.func(*args, **kwargs)
+            self.value = tuple(t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+        return self.value
+
+    def release(self) -> None:
+        """One reader done; the last one drops the cached result."""
+        self.pending -= 1
+        if self.pending <= 0:
+            self.value = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    """A recomputed result as its recipe, output position and view geometry (a view of it, possibly)."""
+
+    recipe: _Recipe
+    output: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+    def get(self) -> torch.Tensor:
+        base = self.recipe.materialise()[self.output]
+        if base.size() == self.size and base.stride() == self.stride and base.storage_offset() == self.offset:
+            return base
+        return base.as_strided(self.size, self.stride, self.offset)
+
+
+def _resolve(value: Any) -> Any:
+    if isinstance(value, _Ref):
+        tensor = value.get()
+        value.recipe.release()
+        return tensor
+    return value
+
+
+def forward_calls(model: torch.nn.Module, example_inputs: Any, device: torch.device) -> int:
+    """How many ATen calls (but ``detach``) ``model``'s own forward makes on ``device`` (traced on fake tensors, no data).
+
+    The captured graph's forward also holds the loss's calls, made after the module
+    returns, outside ``apply``'s reach: this is where they start.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mpplan.runtime.eager import call_module
+
+    counter = _Counter()
+    with FakeTensorMode(allow_non_fake_inputs=True) as fake:
+        named = (*model.named_parameters(), *model.named_buffers())
+        state: dict[str, torch.Tensor] = {n: fake.from_tensor(t).to(device) for n, t in named}
+        inputs = pytree.tree_map(
+            lambda v: fake.from_tensor(v.to(device)) if isinstance(v, torch.Tensor) else v, example_inputs
+        )
+        with counter, torch.enable_grad():
+            module = _Functional(model, state)
+            call_module(module, inputs)
+    return counter.calls
+
+
+class _Functional(torch.nn.Module):
+    """``model`` called with ``state`` in place of its parameters and buffers."""
+
+    def __init__(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self.state = state
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return torch.func.functional_call(self.model, self.state, args, kwargs)
+
+
+class _Counter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.calls += str(func) != IGNORED
+        return func(*args, **(kwargs or {}))
+
+
+class RecomputeHooks:
+    """The hooks that honour a ``RecomputePolicy`` during one module's forwards (module docstring).
+
+    ``calls`` counts the ATen calls of the last forward; ``recomputed`` how many
+    recipes were replayed since construction; ``mismatch`` the first position where
+    the module's calls stopped matching the graph (``None`` while they match).
+    """
+
+    def __init__(self, policy: RecomputePolicy) -> None:
+        self.policy = policy
+        self.calls = 0
+        self.recomputed = 0
+        self.mismatch: str | None = None
+        self._paused = False
+        self._made: dict[StorageWeakRef, tuple[_Recipe, int, torch.dtype]] = {}
+
+    @contextmanager
+    def forward(self) -> Iterator[None]:
+        """Honour the policy for the forward run inside this context."""
+        self.calls = 0
+        self._made = {}
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack), _CallMode(self):
+                yield
+        finally:
+            self._made = {}  # recipes now live only as long as autograd's handles to them
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Calls made inside are not the module's own (``apply``'s device moves): not counted."""
+        saved, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = saved
+
+    def _record(self, index: int, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """Note the call at ``index``: check it against the graph, keep a recipe when it is recomputed."""
+        if self.mismatch is not None:
+            return
+        expected = self.policy.forward_ops[index] if index < len(self.policy.forward_ops) else None
+        if str(func) != expected:
+            self.mismatch = f"call {index}: the module ran {func}, the graph has {expected}"
+            return
+        self._forget_written(func, args, kwargs)
+        chosen = self.policy.recompute.get(index)
+        if chosen is None or not torch.is_grad_enabled():
+            return
+        results = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        recipe = _Recipe(func, None, ())
+        refs: list[tuple[torch.Tensor, int]] = []
+
+        def keep(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            ref = self._ref_of(value)
+            if ref is not None:
+                ref.recipe.pending += 1
+                return ref
+            refs.append((value, value._version))
+            return value
+
+        recipe.args = pytree.tree_map(keep, (args, kwargs))
+        recipe.versions = tuple(refs)
+        for position in chosen[1]:
+            if position < len(results):
+                tensor = results[position]
+                self._made[StorageWeakRef(tensor.untyped_storage())] = (recipe, position, tensor.dtype)
+
+    def _forget_written(self, func: Any, args: Any, kwargs: Any) -> None:
+        """A result written in place after it was made can no longer be recomputed from its recipe."""
+        schema = getattr(func, "_schema", None)
+        if schema is None or not self._made:
+            return
+        for arg, value in zip(schema.arguments, (*args, *(kwargs.get(a.name) for a in schema.arguments[len(args):]))):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                for t in pytree.tree_leaves(value):
+                    if isinstance(t, torch.Tensor):
+                        self._made.pop(StorageWeakRef(t.untyped_storage()), None)
+
+    def _ref_of(self, tensor: torch.Tensor) -> _Ref | None:
+        if tensor.device.type == "meta":
+            return None
+        entry = self._made.get(StorageWeakRef(tensor.untyped_storage()))
+        if entry is None or entry[2] != tensor.dtype:
+            return None
+        recipe, position, _ = entry
+        return _Ref(recipe, position, tuple(tensor.size()), tuple(tensor.stride()), int(tensor.storage_offset()))
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        ref = self._ref_of(tensor)
+        if ref is None:
+            return tensor
+        ref.recipe.pending += 1
+        return ref
+
+    def _unpack(self, packed: Any) -> torch.Tensor:
+        if not isinstance(packed, _Ref):
+            return packed
+        if packed.recipe.value is None:
+            self.recomputed += 1
+        return _resolve(packed)
+
+
+class _CallMode(TorchDispatchMode):
+    """Count the forward's ATen calls (but ``detach``) and hand each to ``RecomputeHooks._record``."""
+
+    def __init__(self, hooks: RecomputeHooks) -> None:
+        super().__init__()
+        self.hooks = hooks
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.hooks._paused or str(func) == IGNORED:
+            return out
+        index = self.hooks.calls
+        self.hooks.calls += 1
+        self.hooks._record(index, func, args, kwargs, out)
+        return out
