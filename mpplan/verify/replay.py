@@ -47,7 +47,8 @@ def replay(
     """Replay ``plan.schedule``; raise ``VerificationError`` on the first read of a missing or stale value."""
     ops = {o.name: o for o in graph.ops}
     alias_of = {t.name: t.alias_of for t in graph.tensors}
-    expected = _expected_versions(graph, root)
+    written = {root[t] for o in graph.ops for t in o.outputs if t in o.inputs}
+    expected = _expected_versions(graph, root, written)
     produced = {t for o in graph.ops for t in o.outputs if t not in o.inputs}
     exists = {name for name in root if name not in produced and name not in copies}
     version: dict[str, int] = {}
@@ -91,19 +92,23 @@ def replay(
         for t in op.inputs:
             if t not in exists:
                 _fail(f"schedule step {step}: op {name!r} reads tensor {t!r} before it is produced")
-            storage, seen = root[t], version.get(root[t], 0)
+            storage = root[t]
+            seen = version.get(storage, 0) if storage in written else 0
             if t in of_copy:
                 storage, seen = of_copy[t]
             elif (t, device) in arrived and t not in op.outputs:
                 storage, seen = arrived[(t, device)]
-            want = expected[(name, t)]
+            want = expected.get((name, t), 0)
             if seen != want:
                 what = f"its copy {storage!r}" if storage in copies else f"tensor {t!r}"
                 _fail(
                     f"schedule step {step}: op {name!r} reads {what} at version {seen}, the graph's order has it "
                     f"read version {want} (an in-place write moved)"
                 )
-            touch(storage, step, device)
+            if home.get(storage) == device:  # the common case, without a call
+                last[storage] = step
+            else:
+                touch(storage, step, device)
             touched.append(storage)
             if storage in copies:
                 read_copy[t] = (storage, seen)
@@ -134,16 +139,22 @@ def replay(
     return Replay(first, last, home, empty.used, empty.preds)
 
 
-def _expected_versions(graph: Graph, root: dict[str, str]) -> dict[tuple[str, str], int]:
-    """(op, input) -> the version of the input's storage that op reads in the graph's own order."""
+def _expected_versions(graph: Graph, root: dict[str, str], written: set[str]) -> dict[tuple[str, str], int]:
+    """(op, input) -> the version of the input's storage that op reads in the graph's own order.
+
+    Only storages in ``written`` (updated in place somewhere) get entries: the others are
+    always read at version 0.
+    """
     expected: dict[tuple[str, str], int] = {}
     version: dict[str, int] = {}
     op: Op
     for op in graph.ops:
         for t in op.inputs:
-            expected[(op.name, t)] = version.get(root[t], 0)
-        for t in op.in_place:
-            version[root[t]] = version.get(root[t], 0) + 1
+            if root[t] in written:
+                expected[(op.name, t)] = version.get(root[t], 0)
+        for t in op.outputs:
+            if t in op.inputs:
+                version[root[t]] = version.get(root[t], 0) + 1
     return expected
 
 
