@@ -1,0 +1,188 @@
+"""The independent verifier: re-derive everything a plan claims from the graph alone.
+
+It deliberately shares no code with the planner (no ``Topology``, no pass, no
+simulator): dependencies, in-place versions, aliases, copies, recomputes,
+lifetimes, overlaps and peaks are recomputed here from tensor and op names, so a
+bug in a pass cannot hide itself.  It imports only the IR, the plan record and the
+config loader.  The first violation raises ``VerificationError`` with a message
+naming the op, tensor, device or plan field.
+
+What the plan is checked against (device names, capacities, alignment,
+``parallel_safe``, ``grads``) comes from a ``Truth``: from the run config
+(``truth_from_config``), or, when none is given, from the plan itself on trust
+(``VerifyReport.trusted`` lists those fields).
+
+>>> from mpplan.graph import Graph, Kind, Op, Tensor
+>>> from mpplan.plan import Buffer, DevicePlan, Plan
+>>> g = Graph("g", (Tensor("x", 8, Kind.INPUT), Tensor("y", 8)), (Op("f", "f", ("x",), ("y",)),), ("y",))
+>>> p = Plan("g", g.content_hash, (DevicePlan("gpu0", 64, 8, 8, 16, 16),), ("f",), {"f": "gpu0"},
+...          {"y": Buffer("gpu0", 0, 8)}, max_peak_bytes=16)
+>>> verify(g, p).ops
+1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpplan.errors import VerificationError
+from mpplan.graph import Graph, Kind, Tensor
+from mpplan.plan import Copy, Plan
+from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks
+from mpplan.verify.parallel import check_parallel_safe
+from mpplan.verify.recompute import with_recomputes
+from mpplan.verify.replay import replay
+from mpplan.verify.truth import TRUSTED_FIELDS, Truth, check_agrees, truth_from_config, truth_from_plan
+
+__all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "truth_from_plan", "verify"]
+
+_ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What was checked, for the CLI's summary; ``trusted`` names the facts taken from the plan itself."""
+
+    ops: int
+    buffers: int
+    devices: int
+    copies: int
+    trusted: tuple[str, ...] = ()
+
+
+def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Truth | None = None) -> VerifyReport:
+    """Check ``plan`` against ``graph`` (and ``truth``); raise ``VerificationError`` on the first violation.
+
+    ``check_capacity=False`` checks correctness only, for plans known not to fit.
+    Without ``truth`` the plan's own devices and settings are taken on trust.
+    """
+    if plan.graph_hash != graph.content_hash:
+        _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {graph.content_hash}")
+    if truth is None:
+        truth = truth_from_plan(plan)
+    check_agrees(plan, truth)
+    graph = with_recomputes(graph, plan)
+    tensors = {t.name: t for t in graph.tensors}
+    copies = _check_copies(plan, tensors)
+    for c in copies.values():
+        tensors[c.name] = Tensor(c.name, c.bytes, Kind.ACTIVATION)
+    root = _roots(tensors)
+    _check_schedule_names(graph, plan, copies)
+    device_of = _check_placement(graph, plan, copies)
+    run = replay(graph, plan, root, copies, device_of, dependencies=truth.parallel_safe)
+    first, last, home = run.first, dict(run.last), run.home
+    grads_dynamic = truth.grads == "dynamic"
+    static = {s for s in home if _is_static(tensors, tensors[s], grads_dynamic)}
+    dynamic = {s for s in home if s not in static}
+    end = len(plan.schedule) - 1
+    held_to_end = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
+    if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
+        held_to_end |= {t.name for t in graph.tensors if _is_param_grad(tensors, t)}
+    for name in held_to_end:
+        if root[name] in last:
+            last[root[name]] = end
+    size = {s: tensors[s].nbytes for s in home}
+    check_buffers(plan, size, dynamic, home, truth.alignment)
+    by_device: dict[str, tuple[list[str], list[str]]] = {d.name: ([], []) for d in plan.devices}
+    for s in sorted(home):
+        by_device[home[s]][s in dynamic].append(s)
+    for device in plan.devices:
+        mine_static, mine = by_device[device.name]
+        check_no_overlap(plan.buffers, device.name, mine, first, last)
+        check_peaks(plan, device, size, mine_static, mine, first, last)
+        if check_capacity and device.peak_bytes > device.capacity_bytes:
+            _fail(f"device {device.name}: peak {device.peak_bytes} exceeds capacity {device.capacity_bytes}")
+    if truth.parallel_safe:
+        check_parallel_safe(plan.buffers, run, dynamic)
+    claimed = max((d.peak_bytes for d in plan.devices), default=0)
+    if plan.max_peak_bytes != claimed:
+        _fail(f"predicted.max_peak_bytes is {plan.max_peak_bytes}, the devices' peaks give {claimed}")
+    moved = sum(c.bytes for c in copies.values())
+    if plan.cross_device_bytes != moved:
+        _fail(f"predicted.cross_device_bytes is {plan.cross_device_bytes}, the copies move {moved}")
+    return VerifyReport(
+        ops=len(plan.schedule),
+        buffers=len(plan.buffers),
+        devices=len(plan.devices),
+        copies=len(copies),
+        trusted=TRUSTED_FIELDS if truth.trusted else (),
+    )
+
+
+def _fail(message: str) -> None:
+    raise VerificationError(message)
+
+
+def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
+    """Root of every alias chain, memoised so that long chains cost linear time."""
+    roots: dict[str, str] = {}
+    for name in tensors:
+        chain, cur = [], name
+        while cur not in roots and tensors[cur].alias_of is not None:
+            if cur in chain:
+                _fail(f"tensor {name!r}: alias cycle")
+            chain.append(cur)
+            cur = tensors[cur].alias_of  # type: ignore[assignment]
+        top = roots.get(cur, cur)
+        for c in (*chain, name):
+            roots[c] = top
+    return roots
+
+
+def _is_static(tensors: dict[str, Tensor], tensor: Tensor, grads_dynamic: bool) -> bool:
+    if tensor.kind in _ALWAYS_STATIC:
+        return True
+    return not grads_dynamic and _is_param_grad(tensors, tensor)
+
+
+def _is_param_grad(tensors: dict[str, Tensor], tensor: Tensor) -> bool:
+    return tensor.kind is Kind.GRAD and tensor.grad_of is not None and tensors[tensor.grad_of].kind is Kind.PARAM
+
+
+def _check_copies(plan: Plan, tensors: dict[str, Tensor]) -> dict[str, Copy]:
+    copies: dict[str, Copy] = {}
+    devices = {d.name for d in plan.devices}
+    for c in plan.copies:
+        if c.name in tensors or c.name in copies:
+            _fail(f"copy {c.name!r}: name clashes with a tensor or another copy")
+        if c.tensor not in tensors:
+            _fail(f"copy {c.name!r}: copies unknown tensor {c.tensor!r}")
+        if c.src not in devices or c.dst not in devices or c.src == c.dst:
+            _fail(f"copy {c.name!r}: needs two different known devices, got {c.src!r} -> {c.dst!r}")
+        if c.bytes < tensors[c.tensor].nbytes:
+            _fail(f"copy {c.name!r}: moves {c.bytes} bytes of a {tensors[c.tensor].nbytes}-byte tensor")
+        copies[c.name] = c
+    return copies
+
+
+def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
+    known = {o.name for o in graph.ops} | set(copies)
+    seen: set[str] = set()
+    for step, name in enumerate(plan.schedule):
+        if name not in known:
+            _fail(f"schedule step {step}: unknown op {name!r}")
+        if name in seen:
+            _fail(f"schedule step {step}: op {name!r} scheduled twice")
+        seen.add(name)
+    missing = [n for n in [o.name for o in graph.ops] + list(copies) if n not in seen]
+    if missing:
+        _fail(f"schedule: op {missing[0]!r} is never scheduled ({len(missing)} missing)")
+
+
+def _check_placement(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> dict[str, str]:
+    names = [d.name for d in plan.devices]
+    if not names:
+        _fail("plan lists no devices")
+    placement: dict[str, str] = {}
+    for name in [o.name for o in graph.ops] + list(copies):
+        device = plan.placement.get(name)
+        if device is None:
+            if len(names) > 1:
+                _fail(f"op {name!r}: no device in placement")
+            device = names[0]
+        if device not in names:
+            _fail(f"op {name!r}: placed on unknown device {device!r}")
+        if name in copies and device != copies[name].dst:
+            _fail(f"copy {name!r}: placed on {device}, but it copies to {copies[name].dst}")
+        placement[name] = device
+    return placement
