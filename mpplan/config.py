@@ -127,9 +127,9 @@ class PlannerSection:
     alignment: int = _doc("every offset and buffer size is a multiple of this many bytes", default=64)
     parallel_safe: bool = _doc("share memory only between tensors ordered by the DAG itself", default=False)
     grads: Literal["static", "dynamic"] = _doc(
-        "parameter gradients: static (resident all step, as memonger) or dynamic (made by backward, held to "
-        "the end of the step, as eager PyTorch's .grad)",
-        default="static",
+        "parameter gradients: dynamic (made by backward, held to the end of the step, as eager PyTorch's .grad "
+        "after zero_grad(set_to_none=True)) or static (resident all step, as memonger)",
+        default="dynamic",
     )
     placement: Literal["single", "pipeline", "shift", "manual", "auto"] = _doc(
         "how ops are spread over the devices", default="auto"

@@ -38,7 +38,7 @@ class PlannerSettings:
     assign: str = "auto"
     alignment: int = 64
     parallel_safe: bool = False
-    grads: str = "static"
+    grads: str = "dynamic"
     placement: str = "auto"
     device_map: Mapping[str, str] = field(default_factory=dict)
     no_split: tuple[str, ...] = ()

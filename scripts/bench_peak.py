@@ -1,35 +1,47 @@
-"""Peak memory: plain eager PyTorch against memonger-style sharing, greedy-by-size offsets and mpplan auto.
+"""Peak memory: plain eager PyTorch against mpplan's plans, on one and two devices, in both grads modes.
 
-Rerun: ``python scripts/bench_peak.py`` (``--quick`` runs GPT-2 small at 1x128 instead
-of its config's 4x512).  Writes the ``peak`` section of docs/benchmarks.md.
+Rerun: ``PYTHONPATH=. python scripts/bench_peak.py`` (``--quick`` runs GPT-2 small at 1x128
+instead of its config's 4x512).  Writes the ``peak`` section of docs/benchmarks.md.
 
-Every model is planned for one device three ways (the ``planner.assign`` setting:
-``shared_greedy``, memonger's greedy blob sharing laid end to end; ``greedy_by_size``,
-TFLite's offsets; ``auto``, mpplan's best), all after the same auto schedule.  Torch
-models are also executed: the eager baseline (the module run the ordinary way) and
-the auto plan in arena mode, both on a virtual device whose every storage is
-accounted, by ``mpplan.runtime.evaluate_program``; and the auto plan again with
-``planner.grads: dynamic`` (gradients held as eager holds ``.grad``).
+Torch models (every zoo model, GPT-2 small and the held-out style conv + attention + skip
+network, all trained with their config's optimizer) are captured once, then:
+
+* eager: the module run the ordinary way (``zero_grad(set_to_none=True)``, forward,
+  loss, backward, optimizer step) on a virtual device, every live storage counted;
+* for ``planner.grads`` dynamic (the default) and static: the plan for one device and
+  the pipeline plan for two, each executed in arena mode on virtual devices
+  (``mpplan.runtime.evaluate_program``), so every planned number is a measured one;
+* for two devices, where the sum of the device peaks goes beyond one device's peak:
+  the bytes both devices hold at one step (the sum's own peak) and the copies.
+
+Every graph (torch models and the Checkmate graphs) is also planned for one device with
+three assigners (``shared_greedy``, memonger's greedy blob sharing laid end to end;
+``greedy_by_size``, TFLite's offsets; ``auto``, mpplan's best), all after the same auto
+schedule, against the lower bound static + LOAD.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib import SHARED_DATA, TorchCase, human, log, rerun, section_main, stamp, table, torch_case, torch_threads
 
+from mpplan import sim
 from mpplan.capture.graph_file import load_graph
 from mpplan.config import Device
 from mpplan.graph import Graph, Kind
+from mpplan.passes.liveness import live_ranges
 from mpplan.plan import Plan
-from mpplan.planner import PlannerSettings, plan
+from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import evaluate_program
 
 ASSIGNERS = ("shared_greedy", "greedy_by_size", "auto")
-TORCH_CONFIGS = ("zoo_mlp", "zoo_resnet", "zoo_gpt", "gpt2_small")
+GRADS = ("dynamic", "static")
+TORCH_CONFIGS = ("zoo_mlp", "zoo_resnet", "zoo_gpt", "zoo_convattn", "gpt2_small")
 QUICK_OVERRIDES = {"gpt2_small": ("workload.batch=1", "workload.seq=128")}
 
 
@@ -44,75 +56,145 @@ def planned_cells(found: dict[str, Plan]) -> list[str]:
 
 
 def grad_bytes(graph: Graph) -> int:
-    """Bytes of the parameters' gradients, which the plan holds for the whole step (static)."""
+    """Bytes of the parameters' gradients (static all step under ``grads: static``)."""
     params = {t.name for t in graph.tensors if t.kind is Kind.PARAM}
     return sum(t.nbytes for t in graph.tensors if t.kind is Kind.GRAD and t.grad_of in params and t.alias_of is None)
 
 
+def together_peak(graph: Graph, found: Plan) -> int:
+    """The most bytes all devices of ``found`` hold at one step (static included): the peak of
+    the summed memory, which the sum of the device peaks exceeds when the devices peak at
+    different steps."""
+    placed = placed_graph(graph, found)
+    total: list[int] = []
+    static = 0
+    for device in found.devices:
+        storages = frozenset(s for s, d in enumerate(placed.storage_device) if d == device.name)
+        liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
+        profile = sim.live_profile(liveness.ranges, liveness.num_steps)
+        total = profile if not total else [a + b for a, b in zip(total, profile)]
+        static += liveness.static_bytes
+    return static + max(total, default=0)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One grads mode of one model: measured peaks on one device and on two."""
+
+    grads: str
+    one: int
+    two: tuple[int, ...]
+    together: int
+    copies: int
+    numerics_ok: bool
+
+
 @dataclass(frozen=True)
 class TorchResult:
-    """A torch model's table row and the numbers the closing note compares."""
+    """A torch model's rows and the numbers the notes compare."""
 
-    row: list[object]
-    found: dict[str, Plan]
-    excess: int  # measured plan peak - eager peak
+    label: str
+    ops: int
+    eager: int
     grads: int
-    dynamic_excess: int  # the same with planner.grads: dynamic
+    modes: tuple[Mode, ...]
+    assigners: list[object]
+    found: dict[str, Plan]
 
 
 def verdict(planned: int, eager: int) -> str:
-    """How the measured plan compares with eager, in percent of eager."""
+    """``planned / eager`` and how it compares, in percent of eager."""
     change = 100 * (planned - eager) / eager
     if abs(change) < 0.05:
-        return "same"
-    return f"{-change:.1f}% less" if change < 0 else f"**{change:.1f}% more**"
+        return f"{planned / eager:.3f} (same)"
+    return f"{planned / eager:.3f} ({-change:.1f}% less)" if change < 0 else f"**{planned / eager:.3f} ({change:.1f}% more)**"
 
 
-def torch_row(case: TorchCase) -> TorchResult:
-    """Plan a captured model three ways, then measure eager and the auto plan on a virtual device."""
+def measure(case: TorchCase, found: Plan, *, eager: bool):
+    """``found`` executed in arena mode on virtual devices, one timed step after one warm-up."""
+    return evaluate_program(case.program, found, case.model, case.inputs, steps=1, warmup=1, devices="virtual",
+                            eager=eager)
+
+
+def torch_result(case: TorchCase) -> TorchResult:
+    """Eager, then each grads mode planned and measured on one device and on two."""
     graph = case.program.graph
-    settings = PlannerSettings.from_config(case.config.planner)
-    found = plans(graph, case.device, settings)
-    measured = evaluate_program(
-        case.program, found["auto"], case.model, case.inputs, steps=1, warmup=1, devices="virtual", eager=True
-    )
-    dynamic_plan = plan(graph, [case.device], dataclasses.replace(settings, placement="single", grads="dynamic"))
-    dynamic = evaluate_program(
-        case.program, dynamic_plan, case.model, case.inputs, steps=1, warmup=1, devices="virtual", eager=False
-    ).devices[0].measured_peak_bytes
-    assert measured.eager is not None and measured.numerics is not None
-    eager = measured.eager.devices[0].measured_peak_bytes
-    planned = measured.devices[0].measured_peak_bytes
-    grads = grad_bytes(graph)
-    log(f"  eager {human(eager)}, auto plan measured {human(planned)}, with dynamic grads {human(dynamic)}")
-    row = [
-        case.label, len(graph.ops), human(measured.devices[0].static_bytes), human(grads), human(eager),
-        *planned_cells(found), human(planned), verdict(planned, eager), human(dynamic), verdict(dynamic, eager),
-        "yes" if measured.numerics.ok else "**no**",
-    ]
-    return TorchResult(row, found, planned - eager, grads, dynamic - eager)
+    base = PlannerSettings.from_config(case.config.planner)
+    found = plans(graph, case.device, base)
+    one_device, two_devices = [case.device], [dataclasses.replace(case.device, name=f"cuda:{i}") for i in range(2)]
+    eager = 0
+    modes = []
+    for grads in GRADS:
+        settings = dataclasses.replace(base, grads=grads)
+        single = plan(graph, one_device, dataclasses.replace(settings, placement="single"))
+        first = measure(case, single, eager=not eager)
+        if first.eager is not None:
+            eager = first.eager.devices[0].measured_peak_bytes
+        pipeline = plan(graph, two_devices, dataclasses.replace(settings, placement="pipeline"))
+        second = measure(case, pipeline, eager=False)
+        two = tuple(d.measured_peak_bytes for d in second.devices)
+        modes.append(Mode(grads, first.devices[0].measured_peak_bytes, two, together_peak(graph, pipeline),
+                          pipeline.cross_device_bytes, first.numerics is None or first.numerics.ok))
+        log(f"  {grads}: one device {human(modes[-1].one)}, two {[human(b) for b in two]} (eager {human(eager)})")
+    assigners = [case.label, len(graph.ops), human(found["auto"].devices[0].static_bytes), human(grad_bytes(graph)),
+                 *planned_cells(found)]
+    return TorchResult(case.label, len(graph.ops), eager, grad_bytes(graph), tuple(modes), assigners, found)
 
 
-def excess_note(results: list[TorchResult]) -> str:
-    """Where the plan needs more than eager, whether the gradients' bytes account for it."""
-    worse = [r for r in results if r.excess > 0]
-    dynamic_worse = [r for r in results if r.dynamic_excess > 0]
-    dynamic = (
-        "With `planner.grads: dynamic` (each gradient made by backward and held to the end of the step, as "
-        "eager holds `.grad`) the measured plan needs no more than eager on every torch model."
-        if not dynamic_worse
-        else f"With `planner.grads: dynamic` the plan still needs more than eager on {len(dynamic_worse)} of "
-        f"{len(results)} torch models, by at most {max(r.dynamic_excess for r in dynamic_worse)} bytes "
-        "(64-byte alignment padding, where the difference is that small)."
+def eager_rows(results: Sequence[TorchResult]) -> list[list[object]]:
+    """Planned (measured) against eager: one row per model and grads mode."""
+    rows: list[list[object]] = []
+    for r in results:
+        for m in r.modes:
+            total = sum(m.two)
+            rows.append([
+                r.label, human(r.eager), f"`{m.grads}`" + (" (default)" if m.grads == "dynamic" else ""),
+                human(m.one), verdict(m.one, r.eager), " / ".join(human(b) for b in m.two),
+                verdict(max(m.two), r.eager), f"{total / r.eager:.3f}", f"{total / m.one:.3f}",
+                f"{m.together / m.one:.3f}", human(m.copies), "yes" if m.numerics_ok else "**no**",
+            ])
+    return rows
+
+
+def eager_note(results: Sequence[TorchResult]) -> str:
+    """How the default plan compares with eager, and what the static model costs."""
+    dynamic = [(r, r.modes[0]) for r in results]
+    worse = [r.label for r, m in dynamic if m.one > r.eager]
+    savings = [100 * (r.eager - m.one) / r.eager for r, m in dynamic]
+    static_worse = [r for r in results if r.modes[1].one > r.eager]
+    covered = all(r.modes[1].one - r.eager <= r.grads for r in static_worse)
+    head = (
+        f"With the default `planner.grads: dynamic` the measured plan needs no more than eager on every torch "
+        f"model, from {min(savings):.1f}% to {max(savings):.1f}% less on one device."
+        if not worse
+        else f"With the default `planner.grads: dynamic` the measured plan still needs more than eager on "
+        f"{', '.join(worse)}."
     )
-    if not worse:
-        return "The measured plan needs no more than eager on every torch model.  " + dynamic
-    covered = all(r.excess <= r.grads for r in worse)
+    static = (
+        f"  With `static` gradients (memonger's model: every parameter gradient resident all step) the plan "
+        f"needs more than eager on {len(static_worse)} of {len(results)} models"
+        + (", each time by less than the gradients' bytes." if covered and static_worse else ".")
+    )
+    return head + static
+
+
+def two_device_note(results: Sequence[TorchResult]) -> str:
+    """How close the sum of two device peaks is to one device's peak, and why it is not closer."""
+    ratios = [(r.label, sum(m.two) / m.one, m.together / m.one, m.copies / m.one) for r in results for m in r.modes[:1]]
+    worst = max(ratios, key=lambda x: x[1])
     return (
-        f"With the default static gradients the plan needs more than eager on {len(worse)} of {len(results)} "
-        "torch models" + (", each time by less than the gradients' bytes: " if covered else ". ")
-        + "that memory model (memonger's) keeps every parameter gradient allocated for the whole step, while "
-        "eager PyTorch creates each gradient during backward (`set_to_none`).  " + dynamic
+        "Two devices, pipeline placement, default grads: the sum of the two device peaks is "
+        + ", ".join(f"{label} {s:.2f}x" for label, s, _, _ in ratios)
+        + " one device's planned peak.  Two things make up the excess, and the table separates them.  "
+        "First, the copies: each device holds what crosses the cut (activations forward, their gradients "
+        "backward; a tied weight on both sides), which one device never needs "
+        f"(on {worst[0]}, {100 * worst[3]:.0f}% of one device's peak).  "
+        "Second, the devices peak at different steps: the device holding the first stage peaks in its own "
+        "backward, after the second has freed its activations, while the second peaks at the turn from "
+        "forward to backward; `both at one step` is the most the two hold together at any step "
+        f"({worst[2]:.2f}x on {worst[0]}), so the rest of the sum is the peaks not coinciding.  "
+        "A pipeline minimises the larger device's peak (what has to fit), not the sum; the sum is the price "
+        "of splitting one step's working set across a cut."
     )
 
 
@@ -122,8 +204,7 @@ def graph_row(path: Path) -> tuple[list[object], dict[str, Plan]]:
     log(f"peak: {path.stem}: {len(graph.ops)} ops")
     found = plans(graph, Device("gpu0", 1 << 50))
     static = found["auto"].devices[0].static_bytes
-    row = [path.stem, len(graph.ops), human(static), human(grad_bytes(graph)), "-", *planned_cells(found), *["-"] * 5]
-    return row, found
+    return [path.stem, len(graph.ops), human(static), human(grad_bytes(graph)), *planned_cells(found)], found
 
 
 def assigner_note(found: list[dict[str, Plan]]) -> str:
@@ -142,34 +223,46 @@ def assigner_note(found: list[dict[str, Plan]]) -> str:
 
 def section(quick: bool) -> str:
     with torch_threads(1):
-        results = [torch_row(torch_case(c, QUICK_OVERRIDES.get(c, ()) if quick else ())) for c in TORCH_CONFIGS]
+        results = [torch_result(torch_case(c, QUICK_OVERRIDES.get(c, ()) if quick else ())) for c in TORCH_CONFIGS]
     graphs = [graph_row(path) for path in sorted(SHARED_DATA.glob("*.json"))]
-    rows = [r.row for r in results] + [row for row, _ in graphs]
     found = [r.found for r in results] + [f for _, f in graphs]
     return "\n\n".join(
         [
-            "## Peak memory: eager PyTorch, memonger-style sharing, greedy by size, mpplan auto",
+            "## Peak memory: eager PyTorch against mpplan's plans; memonger-style sharing, greedy by size, auto",
             stamp(rerun("bench_peak.py", quick)),
+            "### Planned against eager, at the same batch",
             (
-                "One device.  `eager`: the module run the ordinary way (forward, loss, backward with "
-                "`zero_grad(set_to_none=True)`, optimizer step), its peak over the timed step after one "
-                "warm-up; `shared_greedy`: memonger's greedy blob sharing (objects laid end to end); "
-                "`greedy_by_size`: TFLite's offsets; `auto`: mpplan's assignment (all three after the same "
-                "auto schedule, 64-byte alignment); `lower bound`: static + LOAD, which no assignment of "
-                "that schedule beats; `auto measured`: the auto plan executed in arena mode; `dynamic grads`: "
-                "the same with `planner.grads: dynamic`, parameter gradients held as eager holds `.grad`.  "
-                "Eager and the plans run on a virtual device (CPU memory, every live storage accounted; exact in "
-                "arena mode); `numerics ok`: the plan's loss, gradients and updated weights match eager's.  "
-                "Torch rows name the config (`configs/<name>.yaml`) and the overrides (`--set`) they ran "
-                "with; the Checkmate graphs have no tensors to execute, so eager does not apply (`-`)."
+                "`eager`: the module run the ordinary way (forward, loss, backward with "
+                "`zero_grad(set_to_none=True)`, the config's optimizer step), its peak over the timed step after one "
+                "warm-up.  `planned`: the plan executed in arena mode, measured the same way (equal to its "
+                "prediction on a virtual device), for one device and for two (pipeline placement, each device with "
+                "the config's first device's capacity), in each `planner.grads` mode.  `2 devices, max`: the larger "
+                "device peak against eager; `sum / eager` and `sum / 1 device`: the two peaks added; `both at one "
+                "step / 1 device`: the most the two devices hold together at any one step; `copies`: bytes copied "
+                "between the devices per step.  Everything runs on virtual devices (CPU memory, every live storage "
+                "counted, one intra-op thread); `numerics ok`: the one-device plan's loss, gradients and updated "
+                "weights match eager's.  Rows name the config (`configs/<name>.yaml`) and any `--set` overrides."
             ),
             table(
-                ["model", "ops", "static", "of which grads", "eager", "lower bound", *ASSIGNERS, "auto measured",
-                 "auto measured vs eager", "dynamic grads measured", "dynamic grads vs eager", "numerics ok"],
-                rows,
+                ["model", "eager", "grads", "1 device: planned", "planned / eager", "2 devices: peaks",
+                 "2 devices, max / eager", "sum / eager", "sum / 1 device", "both at one step / 1 device", "copies",
+                 "numerics ok"],
+                eager_rows(results),
             ),
+            eager_note(results),
+            two_device_note(results),
+            "### Assigners against the lower bound, one device",
+            (
+                "Default settings (`planner.grads: dynamic`).  `static`: bytes resident all step (parameters, "
+                "optimizer state, inputs); `grads`: the parameters' gradients; `shared_greedy`: memonger's greedy "
+                "blob sharing (objects laid end to end); `greedy_by_size`: TFLite's offsets; `auto`: mpplan's "
+                "assignment (all three after the same auto schedule, 64-byte alignment); `lower bound`: static + "
+                "LOAD, which no assignment of that schedule beats.  The Checkmate graphs have no tensors to execute, "
+                "so they have no eager row."
+            ),
+            table(["model", "ops", "static", "grads", "lower bound", *ASSIGNERS],
+                  [r.assigners for r in results] + [row for row, _ in graphs]),
             assigner_note(found),
-            excess_note(results),
         ]
     )
 

@@ -28,7 +28,7 @@ from mpplan.capture.torch_capture import (
 from mpplan.errors import CaptureError
 from mpplan.graph import Kind
 from mpplan.passes.liveness import live_ranges
-from mpplan.zoo import cnn, mlp, transformer
+from mpplan.zoo import cnn, convattn, mlp, transformer
 
 F32 = 4
 
@@ -145,6 +145,10 @@ TINY_MODELS = {
             vocab_size=64, max_seq_len=16, d_model=32, n_heads=2, n_layers=1, attention="math", tie_weights=False
         ),
         lambda: transformer.example_inputs(batch=2, seq_len=16, vocab_size=64),
+    ),
+    "convattn": (
+        lambda: convattn.convattn(stages=2, width=8, n_heads=2, groups=4),
+        lambda: convattn.example_inputs(batch=2, image_size=8),
     ),
 }
 

@@ -509,6 +509,8 @@ def test_rematerialised_plans_run_exactly(cases, name: str, ndev: int, policy: s
     case = cases[(name, "train")]
     settings = PlannerSettings(
         placement="pipeline" if ndev > 1 else "single",
+        # Static gradients: with dynamic ones no recompute takes the tiny GPT under 0.9 of its peak.
+        grads="static",
         remat=policy,
         remat_threshold=1 << 40 if policy == "mirror" else None,
         remat_budget=0.9 if policy == "budget" else None,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mpplan import zoo
-from mpplan.zoo import cnn, mlp, transformer
+from mpplan.zoo import cnn, convattn, mlp, transformer
 
 
 @pytest.mark.parametrize(
@@ -14,6 +14,12 @@ from mpplan.zoo import cnn, mlp, transformer
     [
         ("mlp", {"in_features": 6, "hidden": 5, "out_features": 3, "layers": 3}, {"in_features": 6}, (2, 3)),
         ("resnet", {"blocks": (1, 2), "width": 4, "num_classes": 7}, {"image_size": 8}, (2, 7)),
+        (
+            "convattn",
+            {"stages": 2, "width": 8, "n_heads": 2, "groups": 4, "num_classes": 5},
+            {"image_size": 8},
+            (2, 5),
+        ),
         (
             "gpt",
             {"vocab_size": 50, "max_seq_len": 8, "d_model": 16, "n_heads": 2},
@@ -58,9 +64,21 @@ def test_gpt_ties_and_math_attention_agree_with_sdpa() -> None:
     assert untied.head.weight is not untied.tok_emb.weight
 
 
+def test_convattn_has_conv_attention_and_skips_that_carry_gradients() -> None:
+    """The held-out style: convolutions, attention over pixels, and a long skip whose weights train."""
+    model = convattn.convattn(stages=2, width=8, n_heads=2, groups=4)
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert {"ConvBlock", "PixelAttention", "Conv2d"} <= kinds
+    (x,) = convattn.example_inputs(batch=2, image_size=8)
+    model(x).sum().backward()
+    assert model.skip.weight.grad is not None and model.skip.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        convattn.convattn(width=5, n_heads=4, groups=1)  # attention runs on 10 channels
+
+
 def test_factories_follow_the_ambient_device() -> None:
     with torch.device("meta"):
-        models = [mlp.mlp(), cnn.resnet(), transformer.gpt()]
+        models = [mlp.mlp(), cnn.resnet(), transformer.gpt(), convattn.convattn()]
     assert all(p.device.type == "meta" for m in models for p in m.parameters())
     assert all(p.device.type == "meta" for p in mlp.mlp(device="meta").parameters())
 

@@ -37,6 +37,9 @@ ZOO: Mapping[str, ZooEntry] = MappingProxyType(
         "mlp": ZooEntry("mpplan.zoo.mlp:mlp", "mpplan.zoo.mlp:example_inputs", "Linear+ReLU stack"),
         "resnet": ZooEntry("mpplan.zoo.cnn:resnet", "mpplan.zoo.cnn:example_inputs", "ResNet-style CNN"),
         "gpt": ZooEntry("mpplan.zoo.transformer:gpt", "mpplan.zoo.transformer:example_inputs", "small GPT decoder"),
+        "convattn": ZooEntry(
+            "mpplan.zoo.convattn:convattn", "mpplan.zoo.convattn:example_inputs", "conv + attention + skip network"
+        ),
         "gpt2": ZooEntry("mpplan.zoo.gpt2:gpt2", "mpplan.zoo.gpt2:example_inputs", "Hugging Face GPT-2 (config only)"),
     }
 )
