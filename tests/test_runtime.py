@@ -1,9 +1,11 @@
 """The runtime: plans executed for real on virtual devices, measured, and checked against eager.
 
 Every zoo model (tiny sizes) runs in infer and train mode, on one and on three
-virtual devices, with and without arena.  Measured peaks must equal predictions
-exactly (arena: the plan's ``peak_bytes``; no arena: its ``lower_bound_bytes``,
-static + LOAD) and the numerics must match eager PyTorch.  CUDA paths are marked
+virtual devices, with and without arena.  Measured peaks, counting every storage
+alive at once (results computed outside the arena included, as a CUDA allocator
+counts them), must equal predictions exactly (arena: the plan's ``peak_bytes``
+plus the scratch of the largest result computed outside it; no arena: its
+``lower_bound_bytes``, static + LOAD) and the numerics must match eager PyTorch.  CUDA paths are marked
 and skip without a GPU.
 """
 
@@ -24,7 +26,7 @@ from mpplan.passes.liveness import live_ranges
 from mpplan.plan import Buffer, Plan
 from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import cuda_available, evaluate, evaluate_program, map_devices, run_config
-from mpplan.runtime.arena import out_variant
+from mpplan.runtime.arena import exact_rewrite, out_variant
 from mpplan.runtime.executor import Executor
 from mpplan.runtime.measure import error_pct
 from mpplan.runtime.schedule import compile_schedule
@@ -94,8 +96,10 @@ def test_virtual_peaks_are_exact_and_numerics_match_eager(cases, name: str, mode
                          devices="virtual")
     for d in m.devices:
         dp = planned.device(d.name)
-        assert d.predicted_peak_bytes == (dp.peak_bytes if arena else dp.lower_bound_bytes)
-        assert d.measured_peak_bytes == d.predicted_peak_bytes, (d.name, d)
+        assert d.predicted_peak_bytes == (dp.peak_bytes + d.scratch_bytes if arena else dp.lower_bound_bytes)
+        assert d.measured_peak_bytes == d.predicted_peak_bytes == d.counted_peak_bytes, (d.name, d)
+        assert d.tracked_peak_bytes == (dp.peak_bytes if arena else dp.lower_bound_bytes)
+        assert d.transient_peak_bytes == d.scratch_bytes
         assert d.error_pct == 0.0
         assert d.source == "tracked"
     assert m.exact
@@ -300,6 +304,73 @@ def test_meter_counts_each_storage_once_until_it_dies() -> None:
     del base
     meter.reset_peaks()
     assert meter.peaks.get("d", 0) == 0
+
+
+def test_meter_sees_a_storage_die_without_polling_and_keeps_it_apart_from_a_successor() -> None:
+    """Regression (issue 14, a segfault inside ``register`` on a GPU): the registry follows storages by
+    ordinary weak references, so a death is booked when it happens, and a new storage at a reused
+    address is a new entry."""
+    meter = StorageMeter("d")
+    for _ in range(50):
+        t = torch.empty(25)
+        assert meter.register(t) == 100
+        assert meter.live_bytes("d") == 100
+        view = t[5:]
+        del t
+        assert meter.live_bytes("d") == 100  # a view keeps the storage alive
+        del view
+        assert meter.live_bytes("d") == 0
+    meter.register([torch.empty(0), torch.empty(3, device="meta")])
+    assert meter.live_bytes("d") == 0
+
+
+def test_transients_are_counted_with_everything_alive_and_predicted(cases) -> None:
+    """Regression (issue 14): results computed outside the arena and copied in are memory a CUDA
+    allocator holds next to the arena.  The virtual device counts them, so the measured peak is
+    above the plan's arena peak by exactly the largest of them, and the prediction says so before
+    the run from the traced kernels."""
+    case = cases[("gpt", "train")]
+    planned = _plan(case, 1)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=1, devices="virtual")
+    (d,) = m.devices
+    assert d.scratch_bytes > 0 and d.transient_peak_bytes == d.scratch_bytes
+    assert d.tracked_peak_bytes == planned.devices[0].peak_bytes
+    assert d.measured_peak_bytes == d.counted_peak_bytes == planned.devices[0].peak_bytes + d.scratch_bytes
+    assert d.measured_peak_bytes == d.predicted_peak_bytes
+    assert m.transient_bytes >= d.scratch_bytes
+    # Without an arena every result is its own allocation: nothing is transient.
+    bare = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=0, arena=False,
+                            devices="virtual", eager=False)
+    assert bare.devices[0].transient_peak_bytes == bare.devices[0].scratch_bytes == 0
+
+
+def test_exact_rewrites_write_the_same_bits_into_planned_memory() -> None:
+    aten = torch.ops.aten
+    x = torch.tensor([[-1.0, -0.0, 0.0, float("nan")], [float("inf"), -float("inf"), 2.5, 1e-30]]).t()
+    out = torch.empty(4, 2)
+    assert exact_rewrite(aten.relu.default)((x,), {}, out) is out
+    assert torch.equal(out.nan_to_num(7.0), aten.relu.default(x).nan_to_num(7.0))
+    assert torch.equal(out.view(torch.int32), aten.relu.default(x).contiguous().view(torch.int32))  # signs of zeros
+    ones = torch.empty(4, 2)
+    assert torch.equal(exact_rewrite(aten.ones_like.default)((x,), {}, ones), aten.ones_like.default(x))
+    weight, indices = torch.randn(10, 3), torch.tensor([[1, 9, 0], [4, 4, 2]])
+    emb = torch.empty(2, 3, 3)
+    assert torch.equal(exact_rewrite(aten.embedding.default)((weight, indices), {}, emb),
+                       aten.embedding.default(weight, indices))
+    # Outside what it reproduces, a rewrite declines and the executor computes and copies in.
+    assert exact_rewrite(aten.embedding.default)((weight, indices, -1, True), {}, emb) is None
+    assert exact_rewrite(aten.native_layer_norm.default) is None
+
+
+def test_ops_with_a_rewrite_hold_no_transient(cases) -> None:
+    """The MLP's relu and the loss seed's ones_like have only generated out= overloads: rewritten,
+    they write into the arena, and the run needs no scratch."""
+    case = cases[("mlp", "train")]
+    planned = _plan(case, 1)
+    m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=1, devices="virtual")
+    assert m.transient_bytes == 0 and m.devices[0].scratch_bytes == 0
+    assert m.devices[0].measured_peak_bytes == planned.devices[0].peak_bytes
+    assert m.numerics is not None and m.numerics.bitwise
 
 
 def test_copies_between_different_torch_devices(cases) -> None:
@@ -562,7 +633,7 @@ def test_dynamic_grads_plan_is_never_worse_than_eager(cases, name: str, ndev: in
     assert sum(d.static_bytes for d in planned.devices) == sum(d.static_bytes for d in static.devices) - grad_bytes
     m = evaluate_program(case.program, planned, case.model, case.inputs, steps=1, warmup=1, devices="virtual")
     for d in m.devices:
-        assert d.measured_peak_bytes == d.predicted_peak_bytes == planned.device(d.name).peak_bytes
+        assert d.measured_peak_bytes == d.predicted_peak_bytes == planned.device(d.name).peak_bytes + d.scratch_bytes
     assert m.numerics is not None and m.numerics.ok, m.numerics
     if ndev == 1:
         (eager,) = m.eager.devices
@@ -578,3 +649,33 @@ def test_verifier_holds_a_plan_to_its_own_gradient_model(cases) -> None:
     relabelled = dataclasses.replace(planned, settings={**planned.settings, "grads": "static"})
     with pytest.raises(VerificationError):
         verify(graph, relabelled)
+
+
+def test_a_crash_in_a_measurement_becomes_an_error_with_the_stack() -> None:
+    """Regression (issue 14, a SIGSEGV on a GPU took ``mpplan run`` down): the measurement runs in a
+    child process; a fatal signal there is a ``MeasurementCrash`` naming it, with the child's stack."""
+    import ctypes
+
+    from mpplan.runtime.isolate import MeasurementCrash, run_isolated
+
+    with pytest.raises(MeasurementCrash, match="SIGSEGV") as caught:
+        run_isolated(ctypes.string_at, 0, what="reading address 0")  # a segfault in C code
+    assert caught.value.signal == "SIGSEGV" and "string_at" in caught.value.stack
+    assert caught.value.exit_code == 4
+    with pytest.raises(ZeroDivisionError):
+        run_isolated(divmod, 1, 0)
+
+
+def test_run_config_isolated_gives_what_the_in_process_run_gives(tmp_path) -> None:
+    config = parse_config({
+        "model": {"torch": {"factory": "mpplan.zoo.mlp:mlp",
+                            "kwargs": {"in_features": 8, "hidden": 16, "out_features": 4},
+                            "inputs": [{"shape": ["batch", 8], "dtype": "float32"}],
+                            "mode": "train", "optimizer": "sgd"}},
+        "workload": {"batch": 4},
+        "devices": [{"name": "cuda:0", "capacity": "1GiB"}],
+    }, str(tmp_path / "c.yaml"))
+    inside = run_config(config, steps=1, warmup=0, isolate=False, eager=False)
+    isolated = run_config(config, steps=1, warmup=0, eager=False)
+    assert isolated.plan.schedule == inside.plan.schedule and isolated.plan.buffers == inside.plan.buffers
+    assert isolated.measurement.devices[0].measured_peak_bytes == inside.measurement.devices[0].measured_peak_bytes

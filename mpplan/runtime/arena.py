@@ -4,16 +4,19 @@ In arena mode every dynamic storage of the plan is backed by a view of its devic
 arena at ``plan.buffers[name].offset``, reinterpreted with the tensor's dtype, shape
 and strides (those the traced fake value had, so later view ops see the layout the
 graph was captured with).  An op writes its fresh outputs straight into those views
-through its ``out=`` overload when ATen has a real one (``out_variant``); otherwise
-the executor computes the result and copies it in, and counts the copy's source as
-transient memory.  An overload codegen generated (``OutVariant.generated``) is not a
+through its ``out=`` overload when ATen has a real one (``out_variant``), or through
+an exact rewrite onto ops that have one (``exact_rewrite``: ``relu`` is
+``clamp_min(x, 0)``, ``embedding`` an ``index_select``, ``ones_like`` a ``fill_``);
+otherwise the executor computes the result and copies it in, and counts the copy's
+source as transient memory (which the run's prediction includes, see
+``Executor.scratch_bytes``).  An overload codegen generated (``OutVariant.generated``) is not a
 real one: it computes into a temporary the meter cannot see and copies that in,
 so the executor does the same itself, in the open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,10 @@ import torch
 
 from mpplan.errors import PlanError
 
-__all__ = ["Layout", "OutVariant", "arena_view", "layout_of", "out_variant", "packed_stride", "region_bytes"]
+__all__ = [
+    "Layout", "OutVariant", "Rewrite", "arena_view", "exact_rewrite", "layout_of", "out_variant", "packed_stride",
+    "region_bytes",
+]
 
 #: Keyword arguments of factory functions that an ``out=`` overload takes from ``out`` instead.
 _TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
@@ -180,3 +186,51 @@ def _is_out(argument: Any) -> bool:
 def _signature(argument: Any) -> tuple[str, str, bool]:
     write = argument.alias_info is not None and argument.alias_info.is_write
     return argument.name, str(argument.type), write
+
+
+#: Writes an op's single result into ``out`` given the op's args and kwargs; returns ``out``, or ``None``
+#: when these arguments are outside what the rewrite reproduces bit for bit (the caller then computes
+#: and copies in).
+Rewrite = Callable[[Sequence[Any], dict[str, Any], torch.Tensor], "torch.Tensor | None"]
+
+
+def exact_rewrite(func: Any) -> Rewrite | None:
+    """A way to compute ``func``'s one result straight into a planned tensor, bit for bit as ``func`` does.
+
+    For ops whose ``out=`` overload is generated (a hidden temporary) but whose ATen
+    implementation is itself another op that has a real one: the rewrite calls what
+    ATen would call, so results are identical (the runtime tests compare them).
+    """
+    return _REWRITES.get(func)
+
+
+def _relu(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
+    # ATen's relu is at::clamp_min(self, 0) on CPU and CUDA alike; bool tensors are refused by both.
+    (x,) = args
+    if x.dtype == torch.bool or kwargs:
+        return None
+    return torch.ops.aten.clamp_min.out(x, 0, out=out)
+
+
+def _ones_like(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
+    # ones_like is empty_like(...).fill_(1): the planned tensor already has the layout empty_like chose.
+    (x,) = args
+    if tuple(x.shape) != tuple(out.shape) or kwargs.get("dtype", out.dtype) != out.dtype:
+        return None
+    return out.fill_(1)
+
+
+def _embedding(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
+    # ATen's embedding (dense, 2-d weight) is weight.index_select(0, indices.reshape(-1)).view(...).
+    weight, indices = args[0], args[1]
+    if kwargs or weight.dim() != 2 or not out.is_contiguous() or any(bool(a) for a in args[3:5]):
+        return None
+    torch.ops.aten.index_select.out(weight, 0, indices.reshape(-1), out=out.view(-1, weight.size(1)))
+    return out
+
+
+_REWRITES: dict[Any, Rewrite] = {
+    torch.ops.aten.relu.default: _relu,
+    torch.ops.aten.ones_like.default: _ones_like,
+    torch.ops.aten.embedding.default: _embedding,
+}

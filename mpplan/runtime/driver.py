@@ -4,7 +4,8 @@ The model is built for real on CPU (``build_torch_model``) with the config's
 seeded example inputs, captured on fake tensors for the torch device the first
 planned device runs on (GPU kernels differ from CPU ones), planned with the
 config's planner settings over its devices, and evaluated; ``RunResult.measurement.to_dict()`` is
-``measurement.json``.
+``measurement.json``.  By default all of it runs in a child process (``run_isolated``), so
+that a crash in a kernel or in the measurement becomes a ``MeasurementCrash``, not a dead run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, plan
 from mpplan.runtime.devices import DevicesArg, map_devices
 from mpplan.runtime.evaluate import evaluate_program
+from mpplan.runtime.isolate import run_isolated
 from mpplan.runtime.measure import Measurement
 from mpplan.runtime.trace import capture_for
 
@@ -52,8 +54,21 @@ def run_config(
     devices: DevicesArg = None,
     eager: bool = True,
     seed: int = 0,
+    isolate: bool = True,
 ) -> RunResult:
-    """Plan ``config``'s torch model and execute the plan (see ``evaluate`` for the arguments)."""
+    """Plan ``config``'s torch model and execute the plan (see ``evaluate`` for the arguments).
+
+    ``isolate`` runs it in a child process: a fatal signal there raises ``MeasurementCrash``
+    (with the child's Python stack) instead of ending the caller's process.
+    """
+    if isolate:
+        return run_isolated(_run_config, config, arena, steps, warmup, devices, eager, seed, what=f"running {config.source}")
+    return _run_config(config, arena, steps, warmup, devices, eager, seed)
+
+
+def _run_config(
+    config: Config, arena: bool, steps: int, warmup: int, devices: DevicesArg, eager: bool, seed: int
+) -> RunResult:
     spec = config.model.torch
     if spec is None:
         raise ConfigError(

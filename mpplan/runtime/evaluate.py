@@ -191,12 +191,16 @@ def _run_planned(
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
-        predicted = d.peak_bytes if arena else d.lower_bound_bytes
+        scratch = executor.scratch_bytes.get(d.name, 0)
+        # The arena plus the largest result an op without an out= overload holds outside it while
+        # it is copied in; without an arena every result is its own allocation (static + LOAD).
+        predicted = d.peak_bytes + scratch if arena else d.lower_bound_bytes
         tracked = meter.peaks.get(d.name, 0)
+        counted = meter.total_peaks.get(d.name, 0)
         window = windows.get(str(torch_device))
         shared = device_map.sharing(d.name)
         own_gpu = window is not None and len(shared) == 1
-        measured = window.measured if own_gpu and window is not None else tracked
+        measured = window.measured if own_gpu and window is not None else counted
         results.append(
             DeviceMeasurement(
                 name=d.name,
@@ -206,6 +210,8 @@ def _run_planned(
                 error_pct=error_pct(predicted, measured),
                 tracked_peak_bytes=tracked,
                 transient_peak_bytes=meter.transient_peaks.get(d.name, 0),
+                counted_peak_bytes=counted,
+                scratch_bytes=scratch if arena else 0,
                 plan_peak_bytes=d.peak_bytes,
                 plan_lower_bound_bytes=d.lower_bound_bytes,
                 static_bytes=d.static_bytes,

@@ -16,8 +16,15 @@ across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
 * after step ``k`` every storage whose last touching step is ``k`` is released: the
   fx values of all its aliases leave the env, so the memory really goes;
 * in arena mode a dispatch mode redirects the op's ATen call to its ``out=`` overload
-  writing into the planned arena views (or computes and copies in, counting the
-  result as transient), and factory ops get the op's device.
+  (or an exact rewrite onto one) writing into the planned arena views, or else
+  computes the result and copies it in, counting the result as transient; factory
+  ops get the op's device.
+
+Transients are real memory: a CUDA allocator holds them next to the arena, so the
+meter counts them with everything else alive at that moment.  Which steps compute
+outside the arena, and how big their results are, is known before anything runs
+(the traced values' storages), so ``scratch_bytes`` predicts it per device: the
+run's prediction is the plan's peak plus that scratch (see ``evaluate``).
 
 Every storage created is registered with a ``StorageMeter`` under the planned device
 of the op that made it, so per-device peaks are measured, not assumed.
@@ -35,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import SourceRole
 from mpplan.errors import PlanError
-from mpplan.runtime.arena import Layout, arena_view, layout_of, packed_stride, region_bytes
+from mpplan.runtime.arena import Layout, Rewrite, arena_view, exact_rewrite, layout_of, packed_stride, region_bytes
 from mpplan.runtime.devices import DeviceMap
 from mpplan.runtime.schedule import Schedule, Step, Target, flatten, unflatten
 from mpplan.runtime.tracking import StorageMeter
@@ -98,6 +105,10 @@ class Executor:
         self._arenas = self._make_arenas() if arena else {}
         self._static = self._make_static_buffers() if arena else {}
         self._buffers = self._target_buffers() if arena else {}
+        self.scratch_bytes: dict[str, int] = {d: 0 for d in schedule.devices}
+        for index, redirect in self._buffers.items():
+            device = schedule.steps[index].device
+            self.scratch_bytes[device] = max(self.scratch_bytes[device], redirect.scratch)
         self._carry = self._initial_grads()
         self._grad_nodes = dict(zip(self.program.grads, self.program.output_nodes[1:]))
 
@@ -192,9 +203,22 @@ class Executor:
                 views.append(arena_view(self._arenas[step.device], buffer.offset, target.layout, where=f"buffer {target.tensor!r}"))
             # A generated out= overload computes into a temporary and copies it into out: the same
             # memory as computing and copying in ourselves, but hidden from the meter.  Do it ourselves.
-            use_out = step.out is not None and not step.out.generated and len(targets) == len(step.targets)
-            per_step[step.index] = _Redirect(targets, tuple(views), use_out)
+            complete = len(targets) == len(step.targets)
+            use_out = step.out is not None and not step.out.generated and complete
+            rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func)
+            scratch = 0 if use_out or rewrite is not None else self._result_bytes(step, targets)
+            per_step[step.index] = _Redirect(targets, tuple(views), use_out, rewrite, scratch)
         return per_step
+
+    def _result_bytes(self, step: Step, targets: tuple[Target, ...]) -> int:
+        """Bytes of the storages the traced kernel made for ``targets``: what computing outside the arena holds."""
+        assert step.node is not None
+        leaves = flatten(self.program.nodes[step.node].meta.get("val"))
+        storages = {}
+        for target in targets:
+            storage = leaves[target.leaf].untyped_storage()
+            storages[id(storage)] = (storage, int(storage.nbytes()))
+        return sum(nbytes for _storage, nbytes in storages.values())
 
     # ---- one step -------------------------------------------------------------------------------
 
@@ -326,11 +350,17 @@ class Executor:
 
 @dataclass(frozen=True, slots=True)
 class _Redirect:
-    """Fresh results of one step that go to planned memory, their planned tensors, and whether ``out=`` does it."""
+    """Fresh results of one step that go to planned memory and their planned tensors.
+
+    How they get there: the ``out=`` overload (``use_out``), an exact ``rewrite``, or
+    else computed outside the arena and copied in, holding ``scratch`` bytes meanwhile.
+    """
 
     targets: tuple[Target, ...]
     buffers: tuple[torch.Tensor, ...]
     use_out: bool
+    rewrite: Rewrite | None = None
+    scratch: int = 0
 
 
 @dataclass
@@ -376,6 +406,11 @@ class _ExecMode(TorchDispatchMode):
             out = job.step.out.call(args, kwargs, redirect.buffers)
             self.meter.sample()
             return out
+        if redirect.rewrite is not None:
+            out = redirect.rewrite(args, kwargs, redirect.buffers[0])
+            if out is not None:
+                self.meter.sample()
+                return out
         out = func(*args, **kwargs)
         leaves = flatten(out)
         # Only results on the buffer's device move in; a host-resident result stays where the kernel put it.

@@ -7,8 +7,11 @@
      "numerics": {"ok", "max_abs_diff", "first_bad_op"}, ...}
 
 Which prediction a device is held to depends on how it ran.  In arena mode the
-device holds its static tensors plus one arena of ``arena_bytes``, so the plan's
-``peak_bytes`` is the prediction.  Without an arena every tensor is its own
+device holds its static tensors plus one arena of ``arena_bytes`` and, while an
+op that has no ``out=`` overload runs, its results computed outside the arena
+before they are copied in: the prediction is the plan's ``peak_bytes`` plus the
+largest such result (``scratch_bytes``, known from the traced kernels before the
+run).  Without an arena every tensor is its own
 allocation, freed after its last use, so what the device can need is the plan's
 ``lower_bound_bytes`` (static + LOAD, the simulator's live-bytes maximum; no
 fragmentation, no alignment padding).  Both plan numbers are kept in the record.
@@ -31,7 +34,8 @@ What is measured depends on where a planned device ran (``source``):
   ``measured_peak_bytes`` is ``tracked_peak_bytes``; the allocator fields are the
   whole GPU's, shared by all of them, and are repeated on each.
 * ``"tracked"``: a virtual device (CPU memory); ``measured_peak_bytes`` is
-  ``tracked_peak_bytes``.
+  ``counted_peak_bytes``: every storage the device held at once, planned ones
+  (``tracked_peak_bytes``) and transients alike, as the CUDA allocator counts them.
 """
 
 from __future__ import annotations
@@ -55,11 +59,12 @@ class DeviceMeasurement:
 
     ``measured_peak_bytes`` is the CUDA allocator's ``max_memory_allocated`` less
     ``allocator_base_bytes`` when the planned device has a GPU to itself (see the
-    module docstring), else ``tracked_peak_bytes``: the most bytes of live tensor
-    storages tagged with this device at once, each storage counted once.
-    ``transient_peak_bytes`` is the most bytes held at once by results computed
-    outside the arena and then copied in (ops with no ``out=`` overload); they are
-    not part of the tracked peak.  ``copied_in_bytes`` are the bytes copies brought
+    module docstring), else ``counted_peak_bytes``: the most bytes of live tensor
+    storages tagged with this device at once, each storage counted once, transients
+    included.  ``tracked_peak_bytes`` is the same without transients (the plan's
+    own storages); ``transient_peak_bytes`` is the most bytes held at once by
+    results computed outside the arena and then copied in (ops with no ``out=``
+    overload), and ``scratch_bytes`` the prediction of it.  ``copied_in_bytes`` are the bytes copies brought
     onto this device per step.
     """
 
@@ -81,6 +86,8 @@ class DeviceMeasurement:
     allocator_base_bytes: int | None = None
     requested_peak_bytes: int | None = None
     shared_with: tuple[str, ...] = ()
+    counted_peak_bytes: int = 0
+    scratch_bytes: int = 0
 
     @property
     def exact(self) -> bool:

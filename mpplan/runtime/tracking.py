@@ -2,10 +2,19 @@
 
 The executor and the eager baseline measure memory the same way on virtual
 devices (and, as a cross-check, on GPUs): every tensor storage that comes into
-existence is registered with the device it belongs to, held only through a weak
-reference, and counted until the storage is actually freed.  Nothing here trusts
-the plan's lifetimes; a storage that stays alive because something still refers to
-it keeps counting, which is exactly the point.
+existence is registered with the device it belongs to and counted until the
+storage is actually freed.  Nothing here trusts the plan's lifetimes; a storage
+that stays alive because something still refers to it keeps counting, which is
+exactly the point.
+
+How a storage's death is seen: torch keeps one Python object per live storage
+(``t.untyped_storage()`` returns the same object for as long as the storage
+lives, even when no Python code holds it), so a plain ``weakref`` to that object
+fires exactly when the storage is freed, and its callback takes the bytes off.
+The registry holds no raw ``StorageImpl`` pointers and no manually counted C++
+weak references (``StorageWeakRef``), whose bookkeeping is the first suspect of
+a segfault seen inside ``register`` on a GPU (issue 14): nothing here can touch
+freed memory, and an entry is gone before its id could be reused.
 
 ``StorageMeter`` keeps the registry and the running peaks; ``MeteringMode`` is a
 ``TorchDispatchMode`` that registers the outputs of every ATen call made while it
@@ -18,12 +27,12 @@ scratch memory (a cuBLAS workspace) shows only in the CUDA allocator's numbers.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["MeteringMode", "StorageMeter", "tensor_leaves"]
@@ -31,7 +40,7 @@ __all__ = ["MeteringMode", "StorageMeter", "tensor_leaves"]
 
 @dataclass(slots=True)
 class _Entry:
-    ref: StorageWeakRef
+    ref: weakref.ref
     device: str
     nbytes: int
     transient: bool
@@ -42,16 +51,17 @@ class StorageMeter:
 
     ``device`` is the tag new registrations get by default (the executor sets it to
     the planned device of the op it runs).  ``transient`` registrations (results an
-    arena executor computes and then copies into the arena) are summed separately.
-    Peaks only move in ``sample``; ``reset_peaks`` starts a new measurement window
-    from what is live now.
+    arena executor computes outside the arena and then copies in) are summed
+    separately: ``peaks`` are the planned storages' bytes, ``transient_peaks`` the
+    transients', and ``total_peaks`` both at once, which is what an allocator
+    holding every storage (the CUDA one) counts.  Peaks only move in ``sample``;
+    ``reset_peaks`` starts a new measurement window from what is live now.
     """
 
     def __init__(self, device: str = "") -> None:
         self.device = device
         self.enabled = True
-        self._entries: dict[StorageWeakRef, _Entry] = {}
-        self._pinned: dict[StorageWeakRef, _Entry] = {}
+        self._entries: dict[int, _Entry] = {}
         self._live: dict[str, int] = {}
         self._transient: dict[str, int] = {}
         self.peaks: dict[str, int] = {}
@@ -64,28 +74,47 @@ class StorageMeter:
         """Count the storages of every tensor in ``values`` (nested lists, tuples, dicts) under ``device``.
 
         A storage already registered keeps its first device and category.
-        ``pinned`` storages are held by the caller for the meter's whole life (an
-        executor's parameters, arenas); they count like any other but are never
-        polled for death, which keeps ``sample`` cheap.  Returns the bytes added.
+        ``pinned`` (storages the caller holds for the meter's whole life: an
+        executor's parameters, arenas) is accepted for callers' clarity; every
+        storage is counted until it dies, pinned or not.  Returns the bytes added.
         """
+        del pinned  # deaths are reported by weakref callbacks: nothing is polled, so nothing needs exempting
         tag = self.device if device is None else device
         added = 0
         for tensor in tensor_leaves(values):
-            if tensor.device.type == "meta":
-                continue
+            if tensor.device.type == "meta" or tensor.is_sparse or tensor.is_nested:
+                continue  # no bytes of their own, or no single storage to follow
             storage = tensor.untyped_storage()
             nbytes = int(storage.nbytes())
-            if nbytes == 0:
+            key = id(storage)
+            if nbytes == 0 or key in self._entries:
                 continue
-            ref = StorageWeakRef(storage)
-            if ref in self._entries or ref in self._pinned:
-                continue  # a weak reference keeps the storage's identity unique while registered
-            entry = _Entry(ref, tag, nbytes, transient)
-            (self._pinned if pinned else self._entries)[ref] = entry
+            try:
+                ref = weakref.ref(storage, self._dead_callback(key))
+            except TypeError:
+                continue  # a storage torch cannot follow (no Python object of its own): not counted
+            self._entries[key] = _Entry(ref, tag, nbytes, transient)
             bucket = self._transient if transient else self._live
             bucket[tag] = bucket.get(tag, 0) + nbytes
             added += nbytes
         return added
+
+    def _dead_callback(self, key: int) -> Any:
+        """A weakref callback that takes storage ``key``'s bytes off when it dies (holding the meter weakly)."""
+        meter = weakref.ref(self)
+
+        def dead(_ref: weakref.ref) -> None:
+            owner = meter()
+            if owner is None:
+                return
+            entry = owner._entries.pop(key, None)
+            if entry is not None and entry.ref is _ref:
+                bucket = owner._transient if entry.transient else owner._live
+                bucket[entry.device] -= entry.nbytes
+            elif entry is not None:
+                owner._entries[key] = entry  # an entry for a newer storage under a reused id: keep it
+
+        return dead
 
     def register_results(self, values: Any, device: torch.device, *, transient: bool = False) -> int:
         """Register op results made for a planned device running on torch ``device``.
@@ -103,13 +132,9 @@ class StorageMeter:
         return added
 
     def sample(self) -> None:
-        """Drop freed storages, then raise the peaks to what is live now."""
+        """Raise the peaks to what is live now (dead storages were already taken off when they died)."""
         if not self.enabled:
             return
-        dead = [e for e in self._entries.values() if e.ref.expired()]
-        for e in dead:
-            del self._entries[e.ref]
-            self._drop(e)
         for tag in set(self._live) | set(self._transient):
             live, transient = self._live.get(tag, 0), self._transient.get(tag, 0)
             self.peaks[tag] = max(self.peaks.get(tag, 0), live)
@@ -117,17 +142,13 @@ class StorageMeter:
             self.total_peaks[tag] = max(self.total_peaks.get(tag, 0), live + transient)
 
     def live_bytes(self, device: str) -> int:
-        """Non-transient bytes live on ``device`` as of the last ``sample``."""
+        """Non-transient bytes live on ``device`` now."""
         return self._live.get(device, 0)
 
     def reset_peaks(self) -> None:
         """Start a new window: peaks become what is live right now."""
         self.peaks, self.transient_peaks, self.total_peaks = {}, {}, {}
         self.sample()
-
-    def _drop(self, entry: _Entry) -> None:
-        bucket = self._transient if entry.transient else self._live
-        bucket[entry.device] -= entry.nbytes
 
 
 class MeteringMode(TorchDispatchMode):
