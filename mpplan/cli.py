@@ -152,7 +152,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         baselines["these settings without recomputation"] = without.max_peak_bytes
     baselines["this plan"] = result.max_peak_bytes
     print(plan_text(result, baselines))
-    report = _write_plan_report(graph, result, out, baselines)
+    report = _write_plan_report(graph, result, out, baselines, figures=False)
     print(f"\n{plan_outcome(result, path, report)}")
     if result.misfits:
         print(f"mpplan: error: does not fit: {misfit_text(result)}", file=sys.stderr)

@@ -7,7 +7,7 @@ copy-augmented graph the plan describes, the same source as the plan's peaks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from mpplan import sim
@@ -34,7 +34,15 @@ class Timeline:
     devices: tuple[DeviceTimeline, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": list(self.steps), "devices": [asdict(d) for d in self.devices]}
+        # by hand, not ``asdict``: that deep-copies every one of the per-step numbers
+        return {
+            "steps": list(self.steps),
+            "devices": [
+                {"name": d.name, "capacity_bytes": d.capacity_bytes, "static_bytes": d.static_bytes,
+                 "arena_bytes": d.arena_bytes, "activations": list(d.activations), "copies": list(d.copies)}
+                for d in self.devices
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timeline:
