@@ -391,7 +391,9 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
     for k, op in zip(order, ops):
         old = graph.ops[k]
         if (op.name, op.inputs, op.outputs) != (old.name, old.inputs, old.outputs):
-            raise ValueError(f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs")
+            raise ValueError(
+                f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs"
+            )
     new = Graph(graph.name, graph.tensors, tuple(ops), graph.outputs)
     position = [0] * len(order)
     for i, k in enumerate(order):
