@@ -20,6 +20,7 @@ import yaml
 
 from mpplan import sim
 from mpplan.errors import ConfigError, MpplanError
+from mpplan.gcpause import collector_paused
 from mpplan.graph import Graph
 from mpplan.outputs import output_folder
 
@@ -29,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _configure_logging(args.quiet, args.verbose)
     try:
+        if args.verb in _ONE_SHOT_VERBS:
+            with collector_paused():
+                return args.func(args)
         return args.func(args)
     except MpplanError as exc:
         print(f"mpplan: error: {exc}", file=sys.stderr)
@@ -39,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+#: Verbs that build one large graph and plan, check or draw it, then exit: they run with the cyclic
+#: garbage collector paused (``mpplan.gcpause``).  ``run`` and ``search`` run torch and Ray for long.
+_ONE_SHOT_VERBS = frozenset({"inspect", "plan", "verify", "report", "export"})
 
 
 def _parser() -> argparse.ArgumentParser:
