@@ -55,6 +55,26 @@ class Timeline:
 
 def timeline(graph: Graph, plan: Plan) -> Timeline:
     """Per-device live bytes at every step of ``plan``'s schedule."""
+    from mpplan.planner import rematerialised
+
+    if len(plan.devices) == 1 and not plan.copies:
+        # one device copies nothing: the live ranges under the schedule are the placed graph's,
+        # without listing the graph again in that order
+        steps_graph = rematerialised(graph, plan)
+        index = steps_graph.topology.op_index
+        order = [index[name] for name in plan.schedule if name in index]
+        if len(order) == len(steps_graph.ops) == len(plan.schedule):
+            (device,) = plan.devices
+            ranges = live_ranges(steps_graph, order).ranges
+            profile = tuple(sim.live_profile(ranges, len(order)))
+            line = DeviceTimeline(device.name, device.capacity_bytes, device.static_bytes, device.arena_bytes,
+                                  profile, (0,) * len(order))
+            return Timeline(tuple(plan.schedule), (line,))
+    return _placed_timeline(graph, plan)
+
+
+def _placed_timeline(graph: Graph, plan: Plan) -> Timeline:
+    """The timeline from the copy-augmented graph the plan describes (any number of devices)."""
     from mpplan.planner import placed_graph
 
     placed = placed_graph(graph, plan)

@@ -44,6 +44,18 @@ def test_timeline_matches_the_plan():
     assert set(line.to_dict()["devices"][0]) == {f.name for f in dataclasses.fields(DeviceTimeline)}
 
 
+@pytest.mark.parametrize("knobs", [PlannerSettings(), PlannerSettings(remat="sqrt", grads="dynamic")])
+def test_one_device_timeline_is_the_placed_graphs(knobs):
+    from mpplan.capture.synthetic import synthetic_graph
+    from mpplan.timeline import _placed_timeline
+
+    graph = synthetic_graph("transformer", layers=2, train=True, batch=2, seq=16, hidden=16, heads=2, vocab=32)
+    p = plan(graph, [Device("g0", 1 << 30)], knobs)
+    assert p.remat or knobs.remat == "none"
+    assert timeline(graph, p) == _placed_timeline(graph, p)
+    assert max(timeline(graph, p).devices[0].activations) + p.devices[0].static_bytes == p.devices[0].lower_bound_bytes
+
+
 def test_report_with_measurement_and_search_results(tmp_path):
     graph = chain(12, nbytes=1 << 20)
     p = plan(graph, [Device("g0", 64 << 20), Device("g1", 64 << 20)], PlannerSettings(placement="pipeline"))
