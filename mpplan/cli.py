@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from mpplan import sim
 from mpplan.errors import ConfigError, MpplanError
+from mpplan.gcpause import collector_paused
 from mpplan.graph import Graph
 from mpplan.outputs import output_folder
 
@@ -27,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _configure_logging(args.quiet, args.verbose)
     try:
+        if args.verb in _ONE_SHOT_VERBS:
+            with collector_paused():
+                return args.func(args)
         return args.func(args)
     except MpplanError as exc:
         print(f"mpplan: error: {exc}", file=sys.stderr)
@@ -41,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"mpplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+#: Verbs that build one large graph and plan, check or draw it, then exit: they run with the cyclic
+#: garbage collector paused (``mpplan.gcpause``).  ``run`` and ``search`` run torch and Ray for long.
+_ONE_SHOT_VERBS = frozenset({"inspect", "plan", "verify", "report", "export"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -154,7 +163,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         baselines["these settings without recomputation"] = without.max_peak_bytes
     baselines["this plan"] = result.max_peak_bytes
     print(plan_text(result, baselines))
-    report = _write_plan_report(graph, result, out, baselines)
+    report = _write_plan_report(graph, result, out, baselines, figures=False)
     print(f"\n{plan_outcome(result, path, report)}")
     if result.misfits:
         print(f"mpplan: error: does not fit: {misfit_text(result)}", file=sys.stderr)

@@ -46,11 +46,11 @@ def memory_timeline(timeline: Timeline, path: Path, measured: dict[str, int] | N
     fig, axes = plt.subplots(count, 1, figsize=(10, 2.8 * count), squeeze=False, sharex=True)
     top = max(max(d.capacity_bytes, d.static_bytes + d.arena_bytes) for d in timeline.devices)
     scale, unit = _unit(top)
-    steps = list(range(len(timeline.steps)))
     for ax, dev in zip(axes[:, 0], timeline.devices):
+        steps = busiest_steps(dev.activations, dev.copies)
         static = [dev.static_bytes / scale] * len(steps)
-        acts = [a / scale for a in dev.activations]
-        copies = [c / scale for c in dev.copies]
+        acts = [dev.activations[k] / scale for k in steps]
+        copies = [dev.copies[k] / scale for k in steps]
         ax.stackplot(steps, static, acts, copies, labels=("static", "activations", "copies in"),
                      colors=("#9aa5b1", "#3b82f6", "#f59e0b"), step="post")
         ax.axhline((dev.static_bytes + dev.arena_bytes) / scale, color="#111827", lw=1.2, ls="--",
@@ -68,6 +68,24 @@ def memory_timeline(timeline: Timeline, path: Path, measured: dict[str, int] | N
     _save(fig, path)
     plt.close(fig)
     return path
+
+
+#: At most this many steps of a timeline are drawn: a figure is about 1000 pixels wide.
+MAX_DRAWN_STEPS = 2000
+
+
+def busiest_steps(activations: Sequence[int], copies: Sequence[int], limit: int = MAX_DRAWN_STEPS) -> list[int]:
+    """The steps to draw: all of them, or, on longer schedules, the busiest step (most live
+    bytes) of each of ``limit`` equal spans, so every peak is drawn at its true height.
+
+    >>> busiest_steps([1, 5, 2, 2, 9, 1], [0, 0, 4, 0, 0, 0], limit=3)
+    [1, 2, 4]
+    """
+    n = len(activations)
+    if n <= limit:
+        return list(range(n))
+    bounds = [n * i // limit for i in range(limit + 1)]
+    return [max(range(lo, hi), key=lambda k: activations[k] + copies[k]) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def device_bars(plan: Plan, path: Path, measured: dict[str, int] | None = None) -> Path:

@@ -174,11 +174,14 @@ def _build_topology(graph: Graph) -> Topology:
     root_static = {s: _is_static(graph.tensors[s], graph, tensor_index) for s in set(storage_of)}
     is_static = tuple(root_static[s] for s in storage_of)
 
+    lookup = tensor_index.__getitem__
+
     def ids(op: Op, names: tuple[str, ...], role: str) -> tuple[int, ...]:
         try:
-            return tuple(dict.fromkeys(tensor_index[name] for name in names))
+            found = tuple(map(lookup, names))
         except KeyError as missing:
             raise GraphError(f"op {op.name!r}: {role} names unknown tensor {missing.args[0]!r}") from None
+        return _distinct(found)
 
     op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
     op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
@@ -199,7 +202,7 @@ def _build_topology(graph: Graph) -> Topology:
         for p in ps:
             succs[p].append(k)
     op_storages = tuple(
-        tuple(dict.fromkeys(storage_of[t] for t in (*ins, *outs))) for ins, outs in zip(op_inputs, op_outputs)
+        _distinct([storage_of[t] for t in (*ins, *outs)]) for ins, outs in zip(op_inputs, op_outputs)
     )
     outputs = set()
     for name in graph.output_names:
@@ -224,8 +227,18 @@ def _build_topology(graph: Graph) -> Topology:
     )
 
 
+def _distinct(ids: Sequence[int]) -> tuple[int, ...]:
+    """``ids`` without repeats, first occurrences in order."""
+    return tuple(ids) if len(ids) < 2 or len(set(ids)) == len(ids) else tuple(dict.fromkeys(ids))
+
+
 def _unique_index(names, what: str) -> dict[str, int]:
-    index: dict[str, int] = {}
+    names = list(names)
+    if all(type(name) is str and name for name in names):
+        index = {name: i for i, name in enumerate(names)}
+        if len(index) == len(names):
+            return index  # the common case at a dict comprehension's speed; the loop below names the culprit
+    index = {}
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
             raise GraphError(f"{what} #{i}: name must be a non-empty string, got {name!r}")
@@ -289,13 +302,17 @@ def _dependencies(op_inputs, op_outputs, producer, storage_of) -> tuple[tuple[in
     last_writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     preds: list[tuple[int, ...]] = []
+    writer_of = last_writer.get
     for k, (ins, outs) in enumerate(zip(op_inputs, op_outputs)):
         ps: dict[int, None] = {}
         for t in ins:
             s = storage_of[t]
-            for p in (producer[t], last_writer.get(s, -1)):
-                if p >= 0 and p != k:
-                    ps[p] = None
+            p = producer[t]
+            if p >= 0 and p != k:
+                ps[p] = None
+            p = writer_of(s, -1)
+            if p >= 0 and p != k:
+                ps[p] = None
             readers.setdefault(s, []).append(k)
         for t in outs:
             s = storage_of[t]
@@ -391,7 +408,9 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
     for k, op in zip(order, ops):
         old = graph.ops[k]
         if (op.name, op.inputs, op.outputs) != (old.name, old.inputs, old.outputs):
-            raise ValueError(f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs")
+            raise ValueError(
+                f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs"
+            )
     new = Graph(graph.name, graph.tensors, tuple(ops), graph.outputs)
     position = [0] * len(order)
     for i, k in enumerate(order):

@@ -125,28 +125,40 @@ def write_report(
     results: Sequence[dict[str, Any]] | None = None,
     baselines: dict[str, int] | None = None,
     html: bool = False,
+    figures: bool = True,
 ) -> Path:
-    """Write ``report.md`` (and ``report.html``) with PNG figures into ``out``; return the Markdown path."""
-    from mpplan import figures
+    """Write ``report.md`` (and ``report.html``) with PNG figures into ``out``; return the Markdown path.
+
+    ``figures=False`` writes the tables only, and says how to draw the figures (``mpplan plan``:
+    drawing a 100k-step timeline costs more than planning it, for a picture nobody asked for yet).
+    """
+    from mpplan import figures as draw
     from mpplan.durable import write_text
 
     out.mkdir(parents=True, exist_ok=True)
     measured = {d["name"]: d["measured_peak_bytes"] for d in (measurement or {}).get("devices", [])}
     sections = [f"# mpplan report: {plan.graph_name}", _plan_markdown(plan)]
     images: list[tuple[str, str]] = []
-    if timeline is not None:
-        figures.memory_timeline(timeline, out / "memory_timeline.png", measured or None)
-        images.append(("Memory over the schedule", "memory_timeline.png"))
-    figures.device_bars(plan, out / "devices.png", measured or None)
-    images.append(("Memory per device", "devices.png"))
+    if figures:
+        if timeline is not None:
+            draw.memory_timeline(timeline, out / "memory_timeline.png", measured or None)
+            images.append(("Memory over the schedule", "memory_timeline.png"))
+        draw.device_bars(plan, out / "devices.png", measured or None)
+        images.append(("Memory per device", "devices.png"))
+    else:
+        sections.append(
+            f"Figures (memory over the schedule, memory per device): `mpplan report {out}` draws them here; "
+            "`--html` adds a web page."
+        )
     if baselines:
         sections.append("## Baselines\n\n" + _md_table(("baseline", "peak"), [(k, _bytes(v)) for k, v in baselines.items()]))
     if measurement:
         sections.append(_measurement_markdown(measurement))
     if results:
         rows = candidate_rows(results)
-        figures.candidates(rows, out / "candidates.png")
-        images.append(("Search candidates: memory against step time", "candidates.png"))
+        if figures:
+            draw.candidates(rows, out / "candidates.png")
+            images.append(("Search candidates: memory against step time", "candidates.png"))
         sections.append(_results_markdown(rows))
     sections += [f"## {title}\n\n![{title}]({name})" for title, name in images]
     text = "\n\n".join(sections) + "\n"

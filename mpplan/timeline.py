@@ -7,7 +7,7 @@ copy-augmented graph the plan describes, the same source as the plan's peaks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from mpplan import sim
@@ -34,7 +34,15 @@ class Timeline:
     devices: tuple[DeviceTimeline, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": list(self.steps), "devices": [asdict(d) for d in self.devices]}
+        # by hand, not ``asdict``: that deep-copies every one of the per-step numbers
+        return {
+            "steps": list(self.steps),
+            "devices": [
+                {"name": d.name, "capacity_bytes": d.capacity_bytes, "static_bytes": d.static_bytes,
+                 "arena_bytes": d.arena_bytes, "activations": list(d.activations), "copies": list(d.copies)}
+                for d in self.devices
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timeline:
@@ -47,6 +55,26 @@ class Timeline:
 
 def timeline(graph: Graph, plan: Plan) -> Timeline:
     """Per-device live bytes at every step of ``plan``'s schedule."""
+    from mpplan.planner import rematerialised
+
+    if len(plan.devices) == 1 and not plan.copies:
+        # one device copies nothing: the live ranges under the schedule are the placed graph's,
+        # without listing the graph again in that order
+        steps_graph = rematerialised(graph, plan)
+        index = steps_graph.topology.op_index
+        order = [index[name] for name in plan.schedule if name in index]
+        if len(order) == len(steps_graph.ops) == len(plan.schedule):
+            (device,) = plan.devices
+            ranges = live_ranges(steps_graph, order).ranges
+            profile = tuple(sim.live_profile(ranges, len(order)))
+            line = DeviceTimeline(device.name, device.capacity_bytes, device.static_bytes, device.arena_bytes,
+                                  profile, (0,) * len(order))
+            return Timeline(tuple(plan.schedule), (line,))
+    return _placed_timeline(graph, plan)
+
+
+def _placed_timeline(graph: Graph, plan: Plan) -> Timeline:
+    """The timeline from the copy-augmented graph the plan describes (any number of devices)."""
     from mpplan.planner import placed_graph
 
     placed = placed_graph(graph, plan)

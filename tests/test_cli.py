@@ -282,3 +282,23 @@ def test_bad_remat_budget_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "plan", str(config))
     assert code == 2
     assert err.startswith(f"mpplan: error: {config}: planner.remat.budget:") and err.count("\n") == 1
+
+
+def test_one_shot_verbs_run_with_the_cyclic_collector_paused(capsys, monkeypatch, tiny_file):
+    import gc
+
+    from mpplan import cli
+
+    seen = {}
+
+    def spy(name):
+        def verb(args):
+            seen[name] = gc.isenabled()
+            return 0
+        return verb
+
+    for name in ("cmd_inspect", "cmd_search"):
+        monkeypatch.setattr(cli, name, spy(name))
+    assert gc.isenabled()
+    assert main(["inspect", str(tiny_file)]) == 0 and main(["search", "any.yaml"]) == 0
+    assert seen == {"cmd_inspect": False, "cmd_search": True} and gc.isenabled()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import chain
 from mpplan.errors import GraphError
 from mpplan.graph import Graph, Op, _build_topology, reordered
-from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies
+from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies, legalize
 from strategies import graphs
 
 
@@ -36,6 +36,7 @@ def random_order(graph: Graph, rng: random.Random) -> list[int]:
 @given(graphs(max_ops=14), st.integers(0, 2**16))
 def test_one_device_shortcut_is_the_general_pass(graph: Graph, seed: int) -> None:
     order = random_order(graph, random.Random(seed))
+    assert legalize(graph, order, ["gpu0"] * len(graph.ops)) == ("gpu0",) * len(graph.ops)
     fast = inject_copies(graph, order, ["gpu0"] * len(graph.ops))
     general = _with_copies(graph, order, ["gpu0"] * len(graph.ops))
     assert fast == general  # graph (ops, tensors, outputs), devices, copies

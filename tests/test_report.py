@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import chain
 from mpplan.cli import main
 from mpplan.config import Device
-from mpplan.figures import pareto_front
+from mpplan.figures import busiest_steps, pareto_front
 from mpplan.planner import PlannerSettings, plan
 from mpplan.report import plan_text, write_report
-from mpplan.timeline import Timeline, timeline
+from mpplan.timeline import DeviceTimeline, Timeline, timeline
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -38,6 +41,19 @@ def test_timeline_matches_the_plan():
         assert dp.static_bytes + live == dp.lower_bound_bytes
         assert sum(dev.copies) > 0 or not any(c.dst == dev.name for c in p.copies)
     assert Timeline.from_dict(json.loads(json.dumps(line.to_dict()))) == line
+    assert set(line.to_dict()["devices"][0]) == {f.name for f in dataclasses.fields(DeviceTimeline)}
+
+
+@pytest.mark.parametrize("knobs", [PlannerSettings(), PlannerSettings(remat="sqrt", grads="dynamic")])
+def test_one_device_timeline_is_the_placed_graphs(knobs):
+    from mpplan.capture.synthetic import synthetic_graph
+    from mpplan.timeline import _placed_timeline
+
+    graph = synthetic_graph("transformer", layers=2, train=True, batch=2, seq=16, hidden=16, heads=2, vocab=32)
+    p = plan(graph, [Device("g0", 1 << 30)], knobs)
+    assert p.remat or knobs.remat == "none"
+    assert timeline(graph, p) == _placed_timeline(graph, p)
+    assert max(timeline(graph, p).devices[0].activations) + p.devices[0].static_bytes == p.devices[0].lower_bound_bytes
 
 
 def test_report_with_measurement_and_search_results(tmp_path):
@@ -111,6 +127,16 @@ def test_a_shift_that_moved_nothing_says_why_it_uses_one_device():
     assert "shift moved no" not in plan_text(plan(graph, devices, PlannerSettings(placement="pipeline")), {})
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=300), st.integers(1, 50))
+def test_a_long_timeline_is_drawn_at_its_peaks(acts, limit):
+    copies = [a % 7 for a in acts]
+    drawn = busiest_steps(acts, copies, limit=limit)
+    total = [a + c for a, c in zip(acts, copies)]
+    assert drawn == sorted(set(drawn)) and len(drawn) == min(len(acts), limit)
+    assert max(total[k] for k in drawn) == max(total)
+
+
 def test_pareto_front():
     points = [(10, 0.3), (8, 0.5), (12, 0.6), (5, 0.9), (9, 0.95)]
     assert pareto_front(points) == [(10, 0.3), (8, 0.5), (5, 0.9)]
@@ -129,8 +155,13 @@ def test_plan_writes_report_and_report_verb_rebuilds_it(capsys, tmp_path):
     )
     out = tmp_path / "out"
     assert main(["plan", str(config), "--out", str(out)]) == 0
-    assert_picture(out / "memory_timeline.png")
-    (out / "report.md").unlink()
+    # plan writes the tables and the timeline's data; the figures are drawn when asked for
+    assert not list(out.glob("*.png")) and (out / "timeline.json").is_file()
+    assert f"`mpplan report {out}` draws them" in (out / "report.md").read_text()
     assert main(["report", str(out / "plan.json"), "--html"]) == 0
-    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert_picture(out / "memory_timeline.png")
+    assert_picture(out / "devices.png")
+    markdown = (out / "report.md").read_text()
+    assert "](memory_timeline.png)" in markdown and "draws them" not in markdown
+    assert (out / "report.html").is_file()
     assert "report written to" in capsys.readouterr().out

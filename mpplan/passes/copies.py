@@ -151,6 +151,8 @@ def legalize(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> tu
     Placement strategies reason about modules and activations; ATen's in-place ops
     (``relu_``, optimizer updates) must follow their tensor, wherever a partition cut.
     """
+    if len(set(op_device)) == 1:
+        return tuple(op_device)  # one device: every op already runs where its tensors live
     topo = graph.topology
     devices = list(op_device)
     for _ in range(len(graph.ops) + 1):
