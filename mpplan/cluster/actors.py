@@ -52,8 +52,9 @@ def ray_session(address: str | None) -> Iterator[None]:
     """Be connected to Ray inside the block.
 
     A session this process already has (a notebook, a test fixture) is used as is
-    and left running.  Otherwise ``address=None`` starts Ray locally for the block
-    (or joins ``RAY_ADDRESS`` when set, as inside ``ray job submit``), ``"auto"``
+    and left running.  Otherwise ``address=None`` starts a new Ray locally for the
+    block, even when a ``ray start`` cluster runs on this machine (or joins
+    ``RAY_ADDRESS`` when set, as inside ``ray job submit``), ``"auto"``
     joins the cluster this machine belongs to, and ``ray://host:port`` connects a
     client, shipping the ``mpplan`` package to the cluster's workers.
 
@@ -76,7 +77,7 @@ def ray_session(address: str | None) -> Iterator[None]:
         try:
             if embedded:
                 with _private_node():
-                    ray.init(address=None, _node_ip_address="127.0.0.1", **kwargs)
+                    ray.init(address="local", _node_ip_address="127.0.0.1", **kwargs)  # never a `ray start` one
             else:
                 ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
