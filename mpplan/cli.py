@@ -27,8 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.quiet, args.verbose)
     try:
         return args.func(args)
-    except MpplanError as exc:
-        print(f"mpplan: error: {exc}", file=sys.stderr)
+    except MpplanError as exc:  # one line, whatever names (a key, a file) the message quotes
+        print(f"mpplan: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("mpplan: interrupted", file=sys.stderr)
@@ -38,8 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # an output folder that cannot be written, a full disk: the user's to fix, no traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"mpplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"mpplan: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
+
+
+def _one_line(message: str) -> str:
+    """Line breaks a user put in a name or key, escaped: an error is always one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 #: Said in --help of every verb that may import user code (docs/cli.md is generated from it).

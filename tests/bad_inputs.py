@@ -343,5 +343,19 @@ def other_classes(plan: dict) -> Iterator[Case]:
     yield Case("other", "graph-binary-tag", ("inspect", "e.yaml"), {"e.yaml": GRAPH.replace("name: base", "name: !!binary aGVsbG8=")}, "name")
     yield Case("other", "graph-timestamp-bytes", ("inspect", "e.yaml"), {"e.yaml": GRAPH.replace("bytes: 64", "bytes: 2001-12-14")}, "bytes")
     yield Case("other", "graph-set-ops", ("inspect", "e.yaml"), {"e.yaml": "name: s\ntensors: {}\nops: !!set {a, b}\n"}, "ops")
+    synthetic = "model: {{synthetic: {{kind: {kind}, {args}}}}}\ndevices: [{{name: a, capacity: 1GiB}}]\n"
+    for kind, args, says in (
+        ("chain", "n: 100000000", "synthetic.n"),
+        ("transformer", "layers: 10000000", "synthetic.layers"),
+        ("chain", "n: 4, batch: 4611686018427387904, width: 4611686018427387904", "2**62"),
+        ("random_layered", "n: 10, min_bytes: 4611686018427387904, max_bytes: 4611686018427387904", "2**62"),
+    ):
+        yield Case("other", f"synthetic-{kind}-{says}", ("plan", "s.yaml"), {"s.yaml": synthetic.format(kind=kind, args=args)}, says)
+    huge_input = TORCH_CONFIG.format(factory="mpplan.zoo.mlp:mlp").replace("[2, 4]", "[batch, 64]") + "workload: {batch: 4611686018427387904}\n"
+    yield Case("other", "torch-input-overflow", ("plan", "t.yaml"), {"t.yaml": huge_input}, "2**62")
+    many = "".join(f"  t{i}: {{bytes: 4611686018427387904, kind: param}}\n" for i in range(4))
+    yield Case("other", "graph-total-bytes", ("inspect", "t.yaml"), {"t.yaml": GRAPH.replace("tensors:\n", "tensors:\n" + many)}, "2**62")
+    yield Case("other", "newline-in-key", ("plan", "n.yaml"), {"n.yaml": CONFIG + 'planner: {"sched\\nule": dfs}\n'}, "sched")
+    yield Case("other", "newline-in-file-name", ("plan", "bad\nname.yaml"), {}, "not found")
     yield Case("other", "results-not-json-search", ("search", "c.yaml", "--resume", "--out", "o"),
                {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, top_k: 0}\n", "o/results.jsonl": "nope\n"}, "results.jsonl")

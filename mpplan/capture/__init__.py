@@ -14,6 +14,7 @@ from typing import Any
 from mpplan.config import Config, TorchModel
 from mpplan.errors import ConfigError, GraphFileError, MpplanError
 from mpplan.graph import Graph
+from mpplan.units import MAX_BYTES
 
 logger = logging.getLogger("mpplan")
 
@@ -21,6 +22,9 @@ logger = logging.getLogger("mpplan")
 def graph_from_config(config: Config) -> Graph:
     """Build the graph the config's ``model`` section names, and check the config's references into it."""
     graph = _build_graph(config)
+    total = sum(t.nbytes for t in graph.tensors)
+    if total > MAX_BYTES:  # beyond it, the planner's 64-bit arithmetic would overflow
+        raise ConfigError(f"{config.source}: model: the graph's tensors hold {total} bytes, more than 2**62")
     _check_device_map(config, graph)
     return graph
 
