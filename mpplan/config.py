@@ -249,7 +249,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     for prefix, device in config.planner.device_map.items():
         if names and device not in names:
             raise ConfigError(
-                f"{source}: planner.device_map.{prefix}: unknown device {device!r}; devices are {', '.join(sorted(names))}"
+                f"{source}: planner.device_map.{prefix}: unknown device {device!r}; "
+                f"devices are {', '.join(sorted(names)[:16])}{' ...' if len(names) > 16 else ''}"
             )
     _check_remat(config.planner.remat, source)
     if config.planner.alignment < 1:

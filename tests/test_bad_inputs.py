@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 - imported once here, so the factory cases' children do not each import it
 
-from bad_inputs import BASE_FILES, Case, cases
+from bad_inputs import BASE_FILES, cases
 from mpplan.capture import graph_from_config
 from mpplan.config import load_config, resolve_devices
 from mpplan.planner import PlannerSettings, plan

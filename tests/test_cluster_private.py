@@ -154,7 +154,8 @@ def test_a_search_killed_mid_run_leaves_no_process_and_its_next_run_no_temp_file
             ).exists():
                 break
             time.sleep(0.5)
-        assert driver.poll() is None, f"the search ended before it could be killed: {driver.stderr.read() if driver.stderr else ''}"
+        early = driver.stderr.read() if driver.poll() is not None and driver.stderr else ""
+        assert driver.poll() is None, f"the search ended before it could be killed: {early}"
         ours |= set(_descendants(driver.pid, _table()))
     finally:
         driver.send_signal(signal.SIGKILL)

@@ -36,7 +36,8 @@ def _check_device_map(config: Config, graph: Graph) -> None:
         if prefix and not any(m == prefix or m.startswith(prefix + ".") for m in modules):
             known = ", ".join(sorted({m.split(".")[0] for m in modules})[:8]) or "none: the graph names no modules"
             raise ConfigError(
-                f"{config.source}: planner.device_map.{prefix}: matches no module of the graph; top-level modules: {known}"
+                f"{config.source}: planner.device_map.{prefix}: matches no module of the graph; "
+                f"top-level modules: {known}"
             )
 
 
