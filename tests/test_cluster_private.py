@@ -94,7 +94,7 @@ def _address(hex_ip: str, width: int) -> str:
 
 
 def test_embedded_ray_listens_on_loopback_only(tmp_path):
-    driver = _start("print('listening', flush=True); sys.stdin.read() if False else time.sleep(120)", tmp_path)
+    driver = _start("time.sleep(120)", tmp_path)
     try:
         _wait_for_actors(driver)
         tree = {pid for pid, _ in _descendants(driver.pid, _table())} | {driver.pid}

@@ -9,8 +9,9 @@ signal to the driver's process group does not reach it:
 * the driver holds the write end of the watchdog's stdin; the kernel closes it when
   the driver dies, however it dies, and the watchdog reads end-of-file;
 * while waiting, the watchdog records every process descended from the driver that
-  was not there before Ray started (by pid and start time, so a recycled pid is
-  never mistaken for one of them), every ``POLL_S`` seconds;
+  was not there before Ray started and is Ray's (GCS, raylet, ``ray::`` workers and
+  agents, Python running Ray's modules, and their children), by pid and start time
+  so a recycled pid is never mistaken for one of them, every ``POLL_S`` seconds;
 * at end-of-file it kills what it recorded, and anything those started since, at
   once if the driver died, or after ``GRACE_S`` seconds if the driver said ``done``
   after ``ray.shutdown()``.
@@ -30,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-POLL_S = 0.2
+POLL_S = 0.5
 GRACE_S = 2.0
 
 _Proc = tuple[int, int]
@@ -73,11 +74,16 @@ class Reaper:
 def watch(driver: int, excluded: set[int], stdin: IO[bytes]) -> None:
     """The watchdog's loop: record the driver's new descendants until end-of-file, then reap them."""
     seen: set[_Proc] = set()
+    others: set[_Proc] = set()  # the driver's other children (a user's subprocess): never reaped
     received = b""
     fd = stdin.fileno()
     while True:
         table = _table()
-        seen.update(p for p in _descendants(driver, table, skip=excluded) if p[0] != os.getpid())
+        for proc in _descendants(driver, table, skip=excluded | {os.getpid()}):
+            if proc in seen or proc in others:
+                continue
+            ours = _is_ray(proc[0]) or any(pid == table[proc] for pid, _ in seen)
+            (seen if ours else others).add(proc)
         ready, _, _ = select.select([fd], [], [], POLL_S)
         if ready:
             chunk = os.read(fd, 64)
@@ -106,6 +112,19 @@ def _reap(seen: set[_Proc]) -> None:
                 pass
         seen |= targets
         time.sleep(0.1)
+
+
+def _is_ray(pid: int) -> bool:
+    """A process of Ray's own: GCS, raylet, a ``ray::`` worker or agent, or Python running Ray's modules."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = handle.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return False
+    return any(
+        a.startswith("ray::") or os.path.basename(a) in ("gcs_server", "raylet") or f"{os.sep}ray{os.sep}" in a
+        for a in args
+    )
 
 
 def _table() -> dict[_Proc, int]:
