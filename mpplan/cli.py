@@ -2,7 +2,8 @@
 
 Every ``MpplanError`` becomes one line on stderr (``mpplan: error: ...``) and its
 exit code: 2 for bad input, 1 for a failed verification, 3 for a plan that does
-not fit.  Anything else is a bug and keeps its traceback.
+not fit.  An ``OSError`` (an output folder that cannot be made, a full disk) is one
+line and exit 2 as well.  Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with collector_paused():
                 return args.func(args)
         return args.func(args)
-    except MpplanError as exc:
-        print(f"mpplan: error: {exc}", file=sys.stderr)
+    except MpplanError as exc:  # one line, whatever names (a key, a file) the message quotes
+        print(f"mpplan: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("mpplan: interrupted", file=sys.stderr)
@@ -43,13 +44,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # an output folder that cannot be written, a full disk: the user's to fix, no traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"mpplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"mpplan: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
 
 
 #: Verbs that build one large graph and plan, check or draw it, then exit: they run with the cyclic
 #: garbage collector paused (``mpplan.gcpause``).  ``run`` and ``search`` run torch and Ray for long.
 _ONE_SHOT_VERBS = frozenset({"inspect", "plan", "verify", "report", "export"})
+
+
+def _one_line(message: str) -> str:
+    """Line breaks a user put in a name or key, escaped: an error is always one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
+#: Said in --help of every verb that may import user code (docs/cli.md is generated from it).
+USER_CODE = (
+    "Runs user code: a config whose model.torch.factory is 'module:function' imports that module and calls "
+    "the function (inspect and verify too, when given a config). Use configs you trust."
+)
+RAY_PRIVACY = (
+    "Without --address the embedded Ray listens on 127.0.0.1 only and stops with mpplan, even when mpplan is "
+    "killed; with --address the search joins a cluster and runs on whatever that cluster exposes."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,19 +78,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    inspect = verbs.add_parser("inspect", help="sizes and bounds of a model's graph")
+    inspect = verbs.add_parser("inspect", help="sizes and bounds of a model's graph", description=USER_CODE)
     inspect.add_argument("source", help="a run config (YAML) or a graph file")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     _add_set(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
-    plan = verbs.add_parser("plan", help="plan memory and write plan.json")
+    plan = verbs.add_parser("plan", help="plan memory and write plan.json", description=USER_CODE)
     plan.add_argument("config", help="a run config (YAML)")
     plan.add_argument("--out", help="output folder (default: the config's output.dir/plan)")
     _add_set(plan)
     plan.set_defaults(func=cmd_plan)
 
-    verify = verbs.add_parser("verify", help="check a plan.json against its graph")
+    verify = verbs.add_parser("verify", help="check a plan.json against its graph", description=USER_CODE)
     verify.add_argument("plan", help="plan.json")
     where = verify.add_mutually_exclusive_group(required=True)
     where.add_argument("--graph", help="the graph file the plan was made for")
@@ -81,7 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(verify)
     verify.set_defaults(func=cmd_verify)
 
-    run = verbs.add_parser("run", help="plan, execute the plan for real, measure it against eager PyTorch")
+    run = verbs.add_parser(
+        "run", help="plan, execute the plan for real, measure it against eager PyTorch", description=USER_CODE
+    )
     run.add_argument("config", help="a run config with model.torch")
     run.add_argument("--out", help="output folder (default: the config's output.dir/run)")
     run.add_argument("--no-arena", action="store_true", help="let the allocator place tensors instead of the arena")
@@ -90,9 +109,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(run)
     run.set_defaults(func=cmd_run)
 
-    search = verbs.add_parser("search", help="search plans over the config's search.space on Ray")
+    search = verbs.add_parser(
+        "search", help="search plans over the config's search.space on Ray", description=USER_CODE + " " + RAY_PRIVACY
+    )
     search.add_argument("config", help="a run config with a search section")
-    search.add_argument("--address", help="Ray cluster to join: auto or ray://host:port (default: embedded Ray)")
+    search.add_argument(
+        "--address",
+        help="Ray cluster to join: auto, host:port or ray://host:port (default: a private embedded Ray); "
+        "see docs/cluster.md for what a cluster exposes and Ray's token authentication",
+    )
     search.add_argument("--resume", action="store_true", help="continue a search in --out, skipping finished candidates")
     search.add_argument("--out", help="output folder (default: the config's output.dir; plan, run: subfolders)")
     _add_set(search)

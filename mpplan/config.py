@@ -254,7 +254,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     for prefix, device in config.planner.device_map.items():
         if names and device not in names:
             raise ConfigError(
-                f"{source}: planner.device_map.{prefix}: unknown device {device!r}; devices are {', '.join(sorted(names))}"
+                f"{source}: planner.device_map.{prefix}: unknown device {device!r}; "
+                f"devices are {', '.join(sorted(names)[:16])}{' ...' if len(names) > 16 else ''}"
             )
     _check_remat(config.planner.remat, source)
     if config.planner.alignment < 1:
@@ -328,6 +329,9 @@ def schema_fields(cls: type) -> list[tuple[str, str, str, str]]:
 
 #: Most devices one config may expand to: placement and planning work grows with the device count.
 MAX_DEVICES = 1024
+#: Most units (layers, blocks, levels) a synthetic graph may have, and the arguments that count them.
+MAX_SYNTHETIC_UNITS = 100_000
+_SYNTHETIC_COUNTS = ("n", "blocks", "layers", "depth")
 #: Largest integer a config key takes: beyond it, 64-bit arithmetic in numpy and torch overflows.
 MAX_INT = 2**62
 
@@ -516,6 +520,13 @@ def _check_model(config: Config, source: str) -> None:
         _check_inputs(torch_model.inputs, config.workload, source)
     if config.model.synthetic is not None and "kind" not in config.model.synthetic:
         raise ConfigError(f"{source}: model.synthetic.kind: missing; name a generator such as chain or transformer")
+    for key in _SYNTHETIC_COUNTS:  # the generators' size arguments: each unit is a few ops
+        value = (config.model.synthetic or {}).get(key)
+        if isinstance(value, int) and value > MAX_SYNTHETIC_UNITS:
+            raise ConfigError(
+                f"{source}: model.synthetic.{key}: at most {MAX_SYNTHETIC_UNITS} (graphs of a few hundred thousand "
+                f"ops), got {_show(value)}"
+            )
 
 
 def _check_remat(remat: RematSection, source: str) -> None:
@@ -586,9 +597,12 @@ def _check_inputs(inputs: Any, workload: dict[str, int], source: str) -> None:
             elif not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
                 raise ConfigError(f"{source}: {where}.shape[{j}]: expected a non-negative integer or workload key")
         try:
-            dtype_bytes(str(spec.get("dtype", "float32")))
+            width = dtype_bytes(str(spec.get("dtype", "float32")))
         except ValueError as exc:
             raise ConfigError(f"{source}: {where}.dtype: {exc}") from None
+        dims = [workload[d] if isinstance(d, str) else d for d in spec["shape"]]
+        if math.prod(dims) * width > MAX_INT:
+            raise ConfigError(f"{source}: {where}.shape: {dims} makes a tensor of more than 2**62 bytes")
 
 
 def _check_device(dev: DeviceSpec, source: str, where: str) -> None:

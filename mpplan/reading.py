@@ -129,7 +129,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _check_depth(data: Any) -> None:
     """Refuse JSON nested deeper than ``MAX_DEPTH`` (iteratively: the check itself must not recurse)."""
-    stack = [(data, 0)]
+    stack = [(data, 1)]  # the root container is level 1, as YAML's first start event
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:

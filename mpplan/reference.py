@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from mpplan.config import Config, schema_fields
+from mpplan.config import MAX_DEVICES, Config, schema_fields
+from mpplan.reading import MAX_ALIAS_NODES, MAX_DEPTH, MAX_FILE_BYTES
 
 
 def config_reference() -> str:
@@ -21,7 +22,11 @@ def config_reference() -> str:
         "Generated from `mpplan/config.py` by `python scripts/gen_docs.py`; a test keeps it in step with the code.\n"
         "Sizes accept `16GiB`, `512MB` or integers. Any key can be overridden with `--set dotted.key=value`.\n"
         "YAML is read with a safe loader only; `model.torch.factory` imports and calls user code by design, "
-        "so run configs you trust.\n\n" + "\n".join(rows) + "\n"
+        "so run configs you trust.\n"
+        f"Every file mpplan reads (configs, graph files, plans) must be UTF-8, at most {MAX_FILE_BYTES // 2**20} MiB "
+        f"and nested at most {MAX_DEPTH} levels deep; a key given twice in one mapping is an error, and YAML aliases "
+        f"may add at most {MAX_ALIAS_NODES} nodes (no alias bombs). Sizes and integers are at most 2**62, and a "
+        f"config expands to at most {MAX_DEVICES} devices.\n\n" + "\n".join(rows) + "\n"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mpplan.durable import remove_stale_temps
 from mpplan.errors import MpplanError, PlanError
 from mpplan.reading import DocumentError, load_json, read_text
 
@@ -33,8 +34,10 @@ def write_folder_report(source: Path, *, html: bool) -> Path:
         plan_path = folder / "best" / "plan.json"
     else:
         plan_path = source if source.is_file() else folder / "plan.json"
-    plan = load_plan(plan_path)
     here = plan_path.parent
+    for place in {folder, here}:  # temp files of a run killed mid-write
+        remove_stale_temps(place)
+    plan = load_plan(plan_path)
     timeline_data = _optional(here / "timeline.json")
     result = _optional(here / "result.json")
     measurement = _optional(here / "measurement.json") or (result.get("measurement") if result else None)

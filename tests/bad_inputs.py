@@ -101,10 +101,13 @@ def alias_bombs(plan: dict) -> Iterator[Case]:
                    {"bomb.yaml": GRAPH + _laughs(width, depth)}, "alias")
     yield Case("alias-bomb", "workload", ("plan", "bomb.yaml"),
                {"bomb.yaml": _laughs(10, 9) + CONFIG + "workload: {batch: *l9}\n"}, "alias")
-    yield Case("alias-bomb", "set-value", ("plan", "c.yaml", "--set", "workload=" + "{" + _laughs(9, 9).replace("\n", ", ").rstrip(", ") + "}"),
+    inline = "{" + _laughs(9, 9).replace("\n", ", ").rstrip(", ") + "}"
+    yield Case("alias-bomb", "set-value", ("plan", "c.yaml", "--set", "workload=" + inline),
                {}, "alias")
-    yield Case("alias-bomb", "recursive-config", ("plan", "r.yaml"), {"r.yaml": CONFIG + "workload: &w {a: *w}\n"}, "alias")
-    yield Case("alias-bomb", "recursive-graph", ("inspect", "r.yaml"), {"r.yaml": GRAPH.removesuffix("outputs: [y]\n") + "outputs: &o [*o]\n"}, "alias")
+    yield Case("alias-bomb", "recursive-config", ("plan", "r.yaml"),
+               {"r.yaml": CONFIG + "workload: &w {a: *w}\n"}, "alias")
+    yield Case("alias-bomb", "recursive-graph", ("inspect", "r.yaml"),
+               {"r.yaml": GRAPH.removesuffix("outputs: [y]\n") + "outputs: &o [*o]\n"}, "alias")
 
 
 @_class
@@ -119,8 +122,10 @@ def deep_nesting(plan: dict) -> Iterator[Case]:
         yield Case("deep-nesting", f"plan-{depth}", ("export", "p.json", "--format", "split-points"),
                    {"p.json": '{"schema": "mpplan.plan/1", "remat": ' + "[" * depth + "]" * depth + "}"}, "nested")
     block = "".join(f"{'  ' * i}k{i}:\n" for i in range(200)) + "  " * 200 + "v: 1\n"
-    yield Case("deep-nesting", "config-block-200", ("plan", "d.yaml"), {"d.yaml": CONFIG + "workload:\n" + _indent(block)}, "nested")
-    yield Case("deep-nesting", "set-value", ("plan", "c.yaml", "--set", "workload.batch=" + "[" * 5000 + "]" * 5000), {}, "nested")
+    yield Case("deep-nesting", "config-block-200", ("plan", "d.yaml"),
+               {"d.yaml": CONFIG + "workload:\n" + _indent(block)}, "nested")
+    yield Case("deep-nesting", "set-value", ("plan", "c.yaml", "--set", "workload.batch=" + "[" * 5000 + "]" * 5000),
+               {}, "nested")
 
 
 def _indent(text: str) -> str:
@@ -161,7 +166,8 @@ def huge_integers(plan: dict) -> Iterator[Case]:
     big_plan["devices"][0]["capacity_bytes"] = int(_HUGE)
     yield Case("huge-integer", "plan-capacity", ("verify", "plan.json", "--graph", "g.yaml"),
                {"plan.json": json.dumps(big_plan)}, "plan.json")
-    yield Case("huge-integer", "set-capacity", ("plan", "c.yaml", "--set", f"devices.0.capacity={_HUGE}"), {}, "capacity")
+    yield Case("huge-integer", "set-capacity", ("plan", "c.yaml", "--set", f"devices.0.capacity={_HUGE}"),
+               {}, "capacity")
 
 
 @_class
@@ -169,8 +175,10 @@ def not_utf8(plan: dict) -> Iterator[Case]:
     latin = CONFIG.replace("out", "sortie-\u00e9t\u00e9").encode("latin-1")
     yield Case("not-utf8", "config-latin1", ("plan", "l.yaml"), {"l.yaml": latin}, "UTF-8")
     yield Case("not-utf8", "config-utf16", ("plan", "l.yaml"), {"l.yaml": CONFIG.encode("utf-16")}, "UTF-8")
-    yield Case("not-utf8", "graph-yaml", ("inspect", "l.yaml"), {"l.yaml": GRAPH.encode("utf-8") + b"\xff\xfe\n"}, "UTF-8")
-    yield Case("not-utf8", "graph-json", ("inspect", "l.json"), {"l.json": b'{"ops": [], "tensors": {"\xe9": {}}}'}, "UTF-8")
+    yield Case("not-utf8", "graph-yaml", ("inspect", "l.yaml"),
+               {"l.yaml": GRAPH.encode("utf-8") + b"\xff\xfe\n"}, "UTF-8")
+    yield Case("not-utf8", "graph-json", ("inspect", "l.json"),
+               {"l.json": b'{"ops": [], "tensors": {"\xe9": {}}}'}, "UTF-8")
     yield Case("not-utf8", "plan", ("verify", "plan.json", "--graph", "g.yaml"),
                {"plan.json": json.dumps(plan).encode() + b"\x80"}, "UTF-8")
     yield Case("not-utf8", "binary-garbage", ("plan", "l.yaml"), {"l.yaml": bytes(range(256)) * 4}, "UTF-8")
@@ -178,11 +186,13 @@ def not_utf8(plan: dict) -> Iterator[Case]:
 
 @_class
 def duplicate_keys(plan: dict) -> Iterator[Case]:
-    yield Case("duplicate-key", "config-top", ("plan", "k.yaml"), {"k.yaml": CONFIG + "output: {dir: other}\n"}, "twice")
+    yield Case("duplicate-key", "config-top", ("plan", "k.yaml"),
+               {"k.yaml": CONFIG + "output: {dir: other}\n"}, "twice")
     yield Case("duplicate-key", "config-nested", ("plan", "k.yaml"),
                {"k.yaml": CONFIG + "planner: {schedule: dfs, assign: auto, schedule: bfs}\n"}, "twice")
     yield Case("duplicate-key", "config-device", ("plan", "k.yaml"),
-               {"k.yaml": CONFIG.replace("{name: a, capacity: 1MiB}", "{name: a, capacity: 1MiB, capacity: 2MiB}")}, "twice")
+               {"k.yaml": CONFIG.replace("capacity: 1MiB}, {name: b", "capacity: 1MiB, capacity: 2MiB}, {name: b")},
+               "twice")
     yield Case("duplicate-key", "config-workload-block", ("plan", "k.yaml"),
                {"k.yaml": CONFIG + "workload:\n  batch: 8\n  seq: 4\n  batch: 16\n"}, "twice")
     yield Case("duplicate-key", "graph-op-field", ("inspect", "k.yaml"),
@@ -227,12 +237,16 @@ def device_maps(plan: dict) -> Iterator[Case]:
 def device_counts(plan: dict) -> Iterator[Case]:
     for count in (1025, 200_000, 10**9):
         yield Case("device-count", f"count-{count}", ("plan", "n.yaml"),
-                   {"n.yaml": CONFIG.replace("{name: a, capacity: 1MiB}", f"{{count: {count}, capacity: 1MiB}}")}, "devices")
+                   {"n.yaml": CONFIG.replace("{name: a, capacity: 1MiB}", f"{{count: {count}, capacity: 1MiB}}")},
+                   "devices")
     many = ", ".join(f"{{count: 600, kind: k{i}, capacity: 1MiB}}" for i in range(4))
-    yield Case("device-count", "several-entries", ("plan", "n.yaml"), {"n.yaml": CONFIG.replace("devices: [", f"devices: [{many}, ")}, "devices")
-    yield Case("device-count", "set", ("plan", "c.yaml", "--set", "devices=[{count: 200000, capacity: 1GiB}]"), {}, "devices")
+    yield Case("device-count", "several-entries", ("plan", "n.yaml"),
+               {"n.yaml": CONFIG.replace("devices: [", f"devices: [{many}, ")}, "devices")
+    yield Case("device-count", "set", ("plan", "c.yaml", "--set", "devices=[{count: 200000, capacity: 1GiB}]"),
+               {}, "devices")
     yield Case("device-count", "search-axis", ("plan", "n.yaml"),
-               {"n.yaml": CONFIG.replace("{name: a, capacity: 1MiB}, {name: b, capacity: 1MiB}", "{count: 2, capacity: 1MiB}")
+               {"n.yaml": CONFIG.replace("[{name: a, capacity: 1MiB}, {name: b, capacity: 1MiB}]",
+                                         "[{count: 2, capacity: 1MiB}]")
                 + "search: {space: {devices.0.count: [2, 200000]}}\n"}, "devices")
 
 
@@ -248,7 +262,8 @@ _FACTORIES = {
     "import-missing-dep": ("import not_a_real_package_xyz\ndef make():\n    pass\n", "not_a_real_package_xyz"),
     "not-callable": ("make = 3\n", "callable"),
     "wrong-kwargs": ("def make(width):\n    pass\n", "width"),
-    "forward-raises": ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        raise RuntimeError('forward is broken')\n"
+    "forward-raises": ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                       "        raise RuntimeError('forward is broken')\n"
                        "def make():\n    return M()\n", "forward is broken"),
 }
 
@@ -260,7 +275,8 @@ def factories(plan: dict) -> Iterator[Case]:
         config = TORCH_CONFIG.format(factory=f"{module}:make")
         for verb in ("inspect", "plan"):
             yield Case("factory", f"{name}-{verb}", (verb, "f.yaml"), {"f.yaml": config, f"{module}.py": source}, says)
-    yield Case("factory", "missing-module", ("plan", "f.yaml"), {"f.yaml": TORCH_CONFIG.format(factory="no_such_mod_q:make")}, "no_such_mod_q")
+    yield Case("factory", "missing-module", ("plan", "f.yaml"),
+               {"f.yaml": TORCH_CONFIG.format(factory="no_such_mod_q:make")}, "no_such_mod_q")
 
 
 def _plan_variants(plan: dict) -> Iterator[tuple[str, str | bytes, str]]:
@@ -284,9 +300,11 @@ def _plan_variants(plan: dict) -> Iterator[tuple[str, str | bytes, str]]:
     for name, (key, value) in wrong_types.items():
         yield name, json.dumps({**plan, key: value}), key.split("-")[0]
     first = plan["devices"][0]
-    yield "device-capacity-string", json.dumps({**plan, "devices": [{**first, "capacity_bytes": "1MiB"}]}), "capacity_bytes"
-    yield "device-name-missing", json.dumps({**plan, "devices": [{k: v for k, v in first.items() if k != "name"}]}), "name"
-    yield "overhead-string", json.dumps({**plan, "predicted": {**plan["predicted"], "compute_overhead": "x"}}), "compute_overhead"
+    nameless = {k: v for k, v in first.items() if k != "name"}
+    yield "device-capacity-string", json.dumps({**plan, "devices": [{**first, "capacity_bytes": "1M"}]}), "capacity"
+    yield "device-name-missing", json.dumps({**plan, "devices": [nameless]}), "name"
+    overhead = {**plan["predicted"], "compute_overhead": "x"}
+    yield "overhead-string", json.dumps({**plan, "predicted": overhead}), "compute_overhead"
     yield "seconds-list", json.dumps({**plan, "planner": {"settings": {}, "seconds": [1]}}), "seconds"
     yield "placement-values-ints", json.dumps({**plan, "placement": {"l0": 1}}), "placement"
     for where, cut in (("start", 1), ("third", len(text) // 3), ("half", len(text) // 2), ("end", len(text) - 2)):
@@ -302,7 +320,8 @@ def malformed_plans(plan: dict) -> Iterator[Case]:
         for verb, argv in PLAN_VERBS:
             yield Case("malformed-plan", f"{name}-{verb}", argv, {"plan.json": text}, says)
     other = GRAPH.replace("y: {bytes: 64}", "y: {bytes: 128}")
-    yield Case("malformed-plan", "another-graph-verify", ("verify", "plan.json", "--graph", "other.yaml"), {"other.yaml": other}, "plan it again")
+    yield Case("malformed-plan", "another-graph-verify", ("verify", "plan.json", "--graph", "other.yaml"),
+               {"other.yaml": other}, "plan it again")
 
 
 @_class
@@ -334,14 +353,39 @@ def other_classes(plan: dict) -> Iterator[Case]:
     yield Case("other", "config-is-folder", ("plan", "folder.yaml"), {"folder.yaml/x": "1"}, "folder.yaml")
     yield Case("other", "config-empty", ("plan", "e.yaml"), {"e.yaml": ""}, "model")
     yield Case("other", "config-scalar", ("plan", "e.yaml"), {"e.yaml": "42\n"}, "mapping")
-    yield Case("other", "config-python-tag", ("plan", "e.yaml"), {"e.yaml": "!!python/object/apply:os.system [ls]\n"}, "YAML")
+    yield Case("other", "config-python-tag", ("plan", "e.yaml"),
+               {"e.yaml": "!!python/object/apply:os.system [ls]\n"}, "YAML")
     yield Case("other", "config-two-documents", ("plan", "e.yaml"), {"e.yaml": CONFIG + "---\n" + CONFIG}, "YAML")
     yield Case("other", "config-nul-bytes", ("plan", "e.yaml"), {"e.yaml": CONFIG + "\x00\n"}, "YAML")
-    yield Case("other", "graph-path-escapes", ("plan", "e.yaml"), {"e.yaml": CONFIG.replace("g.yaml", "../../../../nope.yaml")}, "not found")
+    yield Case("other", "graph-path-escapes", ("plan", "e.yaml"),
+               {"e.yaml": CONFIG.replace("g.yaml", "../../../../nope.yaml")}, "not found")
     yield Case("other", "out-is-a-file", ("plan", "c.yaml", "--out", "g.yaml"), {}, "g.yaml")
-    yield Case("other", "graph-key-not-string", ("inspect", "e.yaml"), {"e.yaml": GRAPH.replace("  y: {bytes: 64}", "  1: {bytes: 64}")}, "e.yaml")
-    yield Case("other", "graph-binary-tag", ("inspect", "e.yaml"), {"e.yaml": GRAPH.replace("name: base", "name: !!binary aGVsbG8=")}, "name")
-    yield Case("other", "graph-timestamp-bytes", ("inspect", "e.yaml"), {"e.yaml": GRAPH.replace("bytes: 64", "bytes: 2001-12-14")}, "bytes")
-    yield Case("other", "graph-set-ops", ("inspect", "e.yaml"), {"e.yaml": "name: s\ntensors: {}\nops: !!set {a, b}\n"}, "ops")
+    yield Case("other", "graph-key-not-string", ("inspect", "e.yaml"),
+               {"e.yaml": GRAPH.replace("  y: {bytes: 64}", "  1: {bytes: 64}")}, "e.yaml")
+    yield Case("other", "graph-binary-tag", ("inspect", "e.yaml"),
+               {"e.yaml": GRAPH.replace("name: base", "name: !!binary aGVsbG8=")}, "name")
+    yield Case("other", "graph-timestamp-bytes", ("inspect", "e.yaml"),
+               {"e.yaml": GRAPH.replace("bytes: 64", "bytes: 2001-12-14")}, "bytes")
+    yield Case("other", "graph-set-ops", ("inspect", "e.yaml"),
+               {"e.yaml": "name: s\ntensors: {}\nops: !!set {a, b}\n"}, "ops")
+    synthetic = "model: {{synthetic: {{kind: {kind}, {args}}}}}\ndevices: [{{name: a, capacity: 1GiB}}]\n"
+    for kind, args, says in (
+        ("chain", "n: 100000000", "synthetic.n"),
+        ("transformer", "layers: 10000000", "synthetic.layers"),
+        ("chain", "n: 4, batch: 4611686018427387904, width: 4611686018427387904", "2**62"),
+        ("random_layered", "n: 10, min_bytes: 4611686018427387904, max_bytes: 4611686018427387904", "2**62"),
+    ):
+        yield Case("other", f"synthetic-{kind}-{says}", ("plan", "s.yaml"),
+                   {"s.yaml": synthetic.format(kind=kind, args=args)}, says)
+    huge_input = (TORCH_CONFIG.format(factory="mpplan.zoo.mlp:mlp").replace("[2, 4]", "[batch, 64]")
+                  + "workload: {batch: 4611686018427387904}\n")
+    yield Case("other", "torch-input-overflow", ("plan", "t.yaml"), {"t.yaml": huge_input}, "2**62")
+    many = "".join(f"  t{i}: {{bytes: 4611686018427387904, kind: param}}\n" for i in range(4))
+    yield Case("other", "graph-total-bytes", ("inspect", "t.yaml"),
+               {"t.yaml": GRAPH.replace("tensors:\n", "tensors:\n" + many)}, "2**62")
+    yield Case("other", "newline-in-key", ("plan", "n.yaml"),
+               {"n.yaml": CONFIG + 'planner: {"sched\\nule": dfs}\n'}, "sched")
+    yield Case("other", "newline-in-file-name", ("plan", "bad\nname.yaml"), {}, "not found")
     yield Case("other", "results-not-json-search", ("search", "c.yaml", "--resume", "--out", "o"),
-               {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, top_k: 0}\n", "o/results.jsonl": "nope\n"}, "results.jsonl")
+               {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, top_k: 0}\n",
+                "o/results.jsonl": "nope\n"}, "results.jsonl")

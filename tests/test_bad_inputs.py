@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 - imported once here, so the factory cases' children do not each import it
 
-from bad_inputs import BASE_FILES, Case, cases
+from bad_inputs import BASE_FILES, cases
 from mpplan.capture import graph_from_config
 from mpplan.config import load_config, resolve_devices
 from mpplan.planner import PlannerSettings, plan
@@ -141,3 +141,13 @@ def test_bad_input_gets_one_line_and_exit_2(case_id, base_plan, tmp_path):
     assert len(lines[0]) < 1000, "one line, and a readable one"
     for path, content in before.items():  # nothing the user wrote is overwritten
         assert path.read_bytes() == content, f"{path} was overwritten"
+
+
+@pytest.mark.parametrize("verb", ["inspect", "plan", "verify", "run", "search"])
+def test_every_verb_that_imports_user_code_says_so_in_its_help(verb, capsys):
+    from mpplan.cli import main
+
+    with pytest.raises(SystemExit):
+        main([verb, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Runs user code" in text and "module:function" in text

@@ -35,7 +35,10 @@ def test_the_oom_rule():
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
     assert is_out_of_memory(ExecutorOOM("subclass of a class named OutOfMemoryError"))
     assert is_out_of_memory(MemoryError())
-    assert not is_out_of_memory(RuntimeError("out of memory"))  # by class, never by message
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))  # torch raises some CUDA OOMs so
+    assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_out_of_memory(RuntimeError("index out of range"))
+    assert not is_out_of_memory(ValueError("out of memory"))  # the message counts on a RuntimeError only
     assert not is_out_of_memory(ValueError())
 
 
@@ -51,6 +54,9 @@ def raiser(exc):
     [
         (measured(500), Status.OK, None),
         (raiser(DeviceOutOfMemory("a: 2 GiB")), Status.OOM, "DeviceOutOfMemory: a: 2 GiB"),
+        (raiser(RuntimeError("CUDA error: out of memory")), Status.OOM, "RuntimeError: CUDA error: out of memory"),
+        (raiser(MemoryError()), Status.OOM, "MemoryError"),
+        (raiser(OutOfMemoryError("CUDA out of memory")), Status.OOM, "OutOfMemoryError: CUDA out of memory"),
         (raiser(KeyError("x")), Status.ERROR, "KeyError: 'x'"),
         (lambda c: [1], Status.ERROR, "evaluator returned a list, expected a measurement dict"),
         (lambda c: {"devices": []}, Status.ERROR, "evaluator returned no devices list"),

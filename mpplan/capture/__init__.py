@@ -14,6 +14,7 @@ from typing import Any
 from mpplan.config import Config, TorchModel
 from mpplan.errors import ConfigError, GraphFileError, MpplanError
 from mpplan.graph import Graph
+from mpplan.units import MAX_BYTES
 
 logger = logging.getLogger("mpplan")
 
@@ -21,6 +22,9 @@ logger = logging.getLogger("mpplan")
 def graph_from_config(config: Config) -> Graph:
     """Build the graph the config's ``model`` section names, and check the config's references into it."""
     graph = _build_graph(config)
+    total = sum(t.nbytes for t in graph.tensors)
+    if total > MAX_BYTES:  # beyond it, the planner's 64-bit arithmetic would overflow
+        raise ConfigError(f"{config.source}: model: the graph's tensors hold {total} bytes, more than 2**62")
     _check_device_map(config, graph)
     return graph
 
@@ -32,7 +36,8 @@ def _check_device_map(config: Config, graph: Graph) -> None:
         if prefix and not any(m == prefix or m.startswith(prefix + ".") for m in modules):
             known = ", ".join(sorted({m.split(".")[0] for m in modules})[:8]) or "none: the graph names no modules"
             raise ConfigError(
-                f"{config.source}: planner.device_map.{prefix}: matches no module of the graph; top-level modules: {known}"
+                f"{config.source}: planner.device_map.{prefix}: matches no module of the graph; "
+                f"top-level modules: {known}"
             )
 
 

@@ -95,7 +95,11 @@ def load_graph(
             return graph_from_node_link(
                 data, name=None if named else path.stem, size_attr=size_attr, cost_attr=cost_attr
             )
-        return graph_from_dict(doc, default_name=path.stem)
+        graph = graph_from_dict(doc, default_name=path.stem)
+        total = sum(t.nbytes for t in graph.tensors)
+        if total > MAX_BYTES:
+            raise GraphFileError(f"tensors: {total} bytes in all, more than 2**62")
+        return graph
     except (GraphFileError, GraphError) as exc:
         raise GraphFileError(f"{path}: {exc}") from None
 

@@ -33,6 +33,7 @@ import ray
 from ray.exceptions import RayActorError, RayError, WorkerCrashedError
 
 from mpplan.cluster.evaluator import EvaluateFn, evaluate_safely
+from mpplan.cluster.reaper import Reaper
 from mpplan.cluster.records import Candidate, Evaluation, Status
 from mpplan.errors import ConfigError, MpplanError
 
@@ -51,29 +52,77 @@ def ray_session(address: str | None) -> Iterator[None]:
     """Be connected to Ray inside the block.
 
     A session this process already has (a notebook, a test fixture) is used as is
-    and left running.  Otherwise ``address=None`` starts Ray locally for the block
-    (or joins ``RAY_ADDRESS`` when set, as inside ``ray job submit``), ``"auto"``
+    and left running.  Otherwise ``address=None`` starts a new Ray locally for the
+    block, even when a ``ray start`` cluster runs on this machine (or joins
+    ``RAY_ADDRESS`` when set, as inside ``ray job submit``), ``"auto"``
     joins the cluster this machine belongs to, and ``ray://host:port`` connects a
     client, shipping the ``mpplan`` package to the cluster's workers.
+
+    The embedded Ray is private: it listens on 127.0.0.1 only (``_private_node``)
+    and dies with this process, even when it is killed (``mpplan.cluster.reaper``).
     """
     if ray.is_initialized():
         yield
         return
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING}
+    embedded = address is None and not os.environ.get("RAY_ADDRESS")
     if address is None:
         kwargs["include_dashboard"] = False
     if address is not None and address.startswith("ray://"):
         import mpplan
 
         kwargs["runtime_env"] = {"py_modules": [os.path.dirname(mpplan.__file__)]}
+    reaper = Reaper.start() if embedded else None
     try:
-        ray.init(address=address, **kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"--address: cannot connect to Ray at {address or 'a local cluster'}: {exc}") from None
+        try:
+            if embedded:
+                with _private_node():
+                    ray.init(address="local", _node_ip_address="127.0.0.1", **kwargs)  # never a `ray start` one
+            else:
+                ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ConfigError(f"--address: cannot connect to Ray at {address or 'a local cluster'}: {exc}") from None
+        try:
+            yield
+        finally:
+            ray.shutdown()
+    finally:
+        if reaper is not None:
+            reaper.close()
+
+
+@contextmanager
+def _private_node() -> Iterator[None]:
+    """Start the embedded Ray on 127.0.0.1 only, with Ray's token authentication as a stated choice.
+
+    Ray replaces a loopback ``_node_ip_address`` with the machine's reachable address
+    unless it believes clusters are off (``ray_constants.ENABLE_RAY_CLUSTER``, as on
+    macOS); with it off, GCS, raylet, agents and workers listen on 127.0.0.1 only.
+    ``tests/test_cluster_private.py`` checks the listening sockets, so a Ray upgrade
+    that changes this fails a test rather than opening ports.  ``RAY_AUTH_MODE``
+    is left to Ray, whose default for a new local cluster is token authentication; mpplan
+    documents that choice (docs/cluster.md) instead of passing on Ray's warning about
+    it.  A user's own ``RAY_AUTH_MODE`` is respected.  The flag is restored after start-up.
+    """
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    auth_logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    quiet = _DropTokenDefaultWarning()
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    auth_logger.addFilter(quiet)
     try:
         yield
     finally:
-        ray.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+        auth_logger.removeFilter(quiet)
+
+
+class _DropTokenDefaultWarning(logging.Filter):
+    """Drops Ray's "Token authentication is enabled ... Set RAY_AUTH_MODE=disabled to opt out" (documented)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
 
 
 def cluster_capacity(num_cpus: float, num_gpus: float) -> int:

@@ -16,7 +16,9 @@ and stores the whole dict (it must be JSON-serialisable).
   in its MRO, is ``DeviceOutOfMemory`` (raise it from an evaluator), or is named
   ``OutOfMemoryError`` (``torch.OutOfMemoryError`` alias ``torch.cuda.OutOfMemoryError``,
   and the executor's own, wherever it is defined), or is a host ``MemoryError``
-  (virtual devices live in host memory).  A measured peak above a device's usable
+  (virtual devices live in host memory), or is a ``RuntimeError`` saying "out of
+  memory" (torch raises some CUDA allocation failures that way).  The search treats
+  ``oom`` as "does not fit".  A measured peak above a device's usable
   capacity is an OOM as well: a virtual device does not fail by itself.
 * Any other ``Exception`` is an ``error`` with its type and message.
 """
@@ -47,8 +49,12 @@ class DeviceOutOfMemory(RuntimeError):
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """The OOM rule (module docstring): by class name in the MRO, so no torch import is needed."""
-    return isinstance(exc, MemoryError) or any(cls.__name__ in _OOM_NAMES for cls in type(exc).__mro__)
+    """The OOM rule (module docstring): by class name in the MRO, so no torch import is needed,
+    or a ``RuntimeError`` whose message says "out of memory" (CUDA and cuBLAS errors that torch
+    raises as plain ``RuntimeError``, e.g. ``CUDA error: out of memory``)."""
+    if isinstance(exc, MemoryError) or any(cls.__name__ in _OOM_NAMES for cls in type(exc).__mro__):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
 def evaluate_safely(evaluate_candidate: EvaluateFn, candidate: Candidate, worker: str | None = None) -> Evaluation:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from mpplan.cluster.records import Result, Status
+from mpplan.durable import fsync_folder, remove_stale_temps
 from mpplan.errors import ConfigError
 from mpplan.plan import Plan, save_plan, write_json_atomic
 
@@ -47,7 +48,10 @@ class ResultStore:
                 "or choose another --out"
             )
         self.out.mkdir(parents=True, exist_ok=True)
+        for folder in (self.out, self.out / BEST):  # temp files of a search killed mid-write
+            remove_stale_temps(folder)
         self._file: IO[str] = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until close()
+        fsync_folder(self.out)  # a results.jsonl made just now survives a power cut with its first lines
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
