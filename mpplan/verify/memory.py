@@ -91,7 +91,9 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
         live += events[step]
         load = max(load, live)
     if device.lower_bound_bytes != static_bytes + load:
-        _fail(f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}")
+        _fail(
+            f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"
+        )
 
 
 def _fail(message: str) -> None:

@@ -50,7 +50,7 @@ def with_recomputes(graph: Graph, plan: Plan) -> Graph:
         name, tensor = str(r.get("op")), r.get("tensor")
         op = ops.get(name)
         if op is None or tensor not in op.outputs:
-            _fail(f"remat: op {name!r} is not recomputable: not an op of the graph that makes {tensor!r}")
+            raise VerificationError(f"remat: op {name!r} is not recomputable: no op of the graph makes {tensor!r}")
         if op.in_place or any(word in op.type.lower() for word in _RANDOM) or op.backward_of is not None:
             _fail(f"remat: op {name!r} is not recomputable: in-place, random or a backward op")
         chosen[name] = None
