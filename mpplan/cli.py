@@ -93,8 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     verify = verbs.add_parser("verify", help="check a plan.json against its graph", description=USER_CODE)
     verify.add_argument("plan", help="plan.json")
     where = verify.add_mutually_exclusive_group(required=True)
-    where.add_argument("--graph", help="the graph file the plan was made for")
-    where.add_argument("--config", help="the run config the plan was made from")
+    where.add_argument(
+        "--graph", help="the graph file the plan was made for (devices, capacities and settings taken on trust)"
+    )
+    where.add_argument(
+        "--config",
+        help="the run config the plan was made from: devices, capacities, alignment, parallel_safe and grads "
+        "come from it (imports user code for model.torch)",
+    )
     _add_set(verify)
     verify.set_defaults(func=cmd_verify)
 

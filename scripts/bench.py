@@ -8,7 +8,8 @@ its own (``scripts/bench_<section>.py [--quick]``) that rewrites only its sectio
 2. ``placement``: accelerate's ``infer_auto_device_map`` against mpplan's placement;
 3. ``planner``: schedules, assigners and planning time against graph size (1k..100k ops);
 4. ``search``: speed-up of the measured phase with 1 and 2 Ray evaluator actors;
-5. ``remat``: memory against overhead on the Checkmate graphs, and executed remat plans.
+5. ``remat``: memory against overhead on the Checkmate graphs, and executed remat plans;
+6. ``verify``: seconds to verify a plan against graph size (1k..100k ops).
 
 A section that fails is written as its error and the suite goes on (exit status 1).
 """
@@ -25,6 +26,7 @@ import bench_placement
 import bench_planner
 import bench_remat
 import bench_search
+import bench_verify
 from benchlib import BENCHMARKS, REPO, commit, load_average, log, machine, timer, versions, write_layout, write_section
 
 SECTIONS: dict[str, Callable[[bool], str]] = {
@@ -33,6 +35,7 @@ SECTIONS: dict[str, Callable[[bool], str]] = {
     "planner": bench_planner.section,
     "search": bench_search.section,
     "remat": bench_remat.section,
+    "verify": bench_verify.section,
 }
 
 

@@ -72,8 +72,8 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     run = replay(graph, plan, root, copies, device_of, dependencies=truth.parallel_safe)
     first, last, home = run.first, dict(run.last), run.home
     grads_dynamic = truth.grads == "dynamic"
-    static = {s for s in home if _is_static(tensors, tensors[s], grads_dynamic)}
-    dynamic = {s for s in home if s not in static}
+    static = {s for s in _static_storages(graph, tensors, grads_dynamic) if s in home}
+    dynamic = home.keys() - static
     end = len(plan.schedule) - 1
     held_to_end = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
@@ -129,10 +129,13 @@ def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     return roots
 
 
-def _is_static(tensors: dict[str, Tensor], tensor: Tensor, grads_dynamic: bool) -> bool:
-    if tensor.kind in _ALWAYS_STATIC:
-        return True
-    return not grads_dynamic and _is_param_grad(tensors, tensor)
+def _static_storages(graph: Graph, tensors: dict[str, Tensor], grads_dynamic: bool) -> set[str]:
+    """Roots resident for the whole step: inputs, params, optimizer state, and (``grads: static``) param grads."""
+    static = set()
+    for t in graph.tensors:
+        if t.alias_of is None and (t.kind in _ALWAYS_STATIC or (not grads_dynamic and _is_param_grad(tensors, t))):
+            static.add(t.name)
+    return static
 
 
 def _is_param_grad(tensors: dict[str, Tensor], tensor: Tensor) -> bool:

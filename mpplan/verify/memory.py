@@ -43,9 +43,9 @@ def check_no_overlap(buffers: dict[str, Buffer], device: str, storages: list[str
     The live buffers are kept disjoint and sorted by offset, so a new one need only be
     compared with its two neighbours.
     """
-    sized = [s for s in storages if buffers[s].bytes]
-    starts = sorted(sized, key=lambda s: (first[s], s))
-    ends = sorted(sized, key=lambda s: (last[s], s))
+    sized = [s for s in storages if buffers[s].bytes]  # sorted by name: the stable sorts break ties by name
+    starts = sorted(sized, key=first.__getitem__)
+    ends = sorted(sized, key=last.__getitem__)
     active: list[tuple[int, int, str]] = []  # (offset, end, name), disjoint, sorted by offset
     j = 0
     for s in starts:
@@ -91,7 +91,9 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
         live += events[step]
         load = max(load, live)
     if device.lower_bound_bytes != static_bytes + load:
-        _fail(f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}")
+        _fail(
+            f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"
+        )
 
 
 def _fail(message: str) -> None:

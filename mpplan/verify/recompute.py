@@ -1,35 +1,224 @@
-"""The graph a plan runs: the graph rewritten with the recomputes ``plan.remat`` lists."""
+"""The graph a plan runs: the graph rewritten with the recomputes ``plan.remat`` lists, derived here.
+
+The verifier shares no code with the remat pass: this module re-derives the rewrite
+from its documented contract (``docs``/the remat pass's docstring), so a bug in the
+pass shows up as a schedule, buffer or peak that does not check out.
+
+The contract.  Recomputing op ``F`` adds ``<F>@recompute`` (same type, cost, module;
+``recompute_of=F``) that reads ``F``'s inputs as they are late and writes
+``<t>@recompute`` for each output ``t``, of the same bytes.  Every *late* reader of a
+recomputed storage reads the recompute instead.  In a training graph (one with
+``backward_of`` ops) the late region starts at the first backward op of the as-given
+order; otherwise a storage's late uses are those after the longest run of steps in
+which it is untouched (at least ``MIN_GAP``).  A view of a recomputed tensor read
+late is recreated: a view op made early is repeated as ``<V>@recompute`` on the
+recomputed base, a view without an op gets a new alias, and a view made late is
+re-pointed at the recomputed base.  Names that are taken get a counter
+(``t@recompute2``).
+
+On top of rebuilding it, ``with_recomputes`` checks that the rewrite preserves values:
+a recompute repeats a deterministic, not-in-place op; its outputs replace tensors that
+nobody updates in place; and its inputs are at the versions the original op read.
+"""
 
 from __future__ import annotations
 
-from mpplan.errors import ConfigError, VerificationError
-from mpplan.graph import Graph
-from mpplan.passes.remat import apply_recompute
+import itertools
+from collections.abc import Mapping
+
+from mpplan.errors import VerificationError
+from mpplan.graph import Graph, Op, Tensor
 from mpplan.plan import Plan
+
+#: A storage's late uses follow a gap of at least this many steps (graphs without a backward pass).
+MIN_GAP = 2
+#: The suffix of recompute ops and tensors.
+SUFFIX = "@recompute"
+#: Words of an op type that mark a random kernel: recomputing it would draw other numbers.
+_RANDOM = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "poisson", "exponential")
 
 
 def with_recomputes(graph: Graph, plan: Plan) -> Graph:
-    """The graph the plan runs: ``graph`` rewritten with the recomputes ``plan.remat`` lists.
-
-    The rewrite is the one documented contract of ``remat`` (recompute ``op`` before
-    the late readers of its outputs); everything the plan then claims about the
-    rewritten graph is checked like any other plan.
-    """
+    """``graph`` rewritten with the recomputes of ``plan.remat``; ``VerificationError`` when the
+    records do not describe a value-preserving rewrite of this graph."""
     if not plan.remat:
         return graph
-    try:
-        rewritten = apply_recompute(graph, dict.fromkeys(str(r["op"]) for r in plan.remat))
-    except (ConfigError, KeyError) as exc:
-        _fail(f"remat: {exc}")
-    ops = {op.name for op in rewritten.ops}
-    tensors = {t.name: t for t in rewritten.tensors}
+    ops = {o.name: o for o in graph.ops}
+    tensors = {t.name: t for t in graph.tensors}
+    chosen: dict[str, None] = {}
     for r in plan.remat:
-        if r.get("recompute_op") not in ops:
+        name, tensor = str(r.get("op")), r.get("tensor")
+        op = ops.get(name)
+        if op is None or tensor not in op.outputs:
+            raise VerificationError(f"remat: op {name!r} is not recomputable: no op of the graph makes {tensor!r}")
+        if op.in_place or any(word in op.type.lower() for word in _RANDOM) or op.backward_of is not None:
+            _fail(f"remat: op {name!r} is not recomputable: in-place, random or a backward op")
+        chosen[name] = None
+    rewritten = _Rewrite(graph, tensors, chosen).run()
+    new_ops = {o.name: o for o in rewritten.ops}
+    new_tensors = {t.name: t for t in rewritten.tensors}
+    for r in plan.remat:
+        if r.get("recompute_op") not in new_ops or new_ops[str(r["recompute_op"])].recompute_of != r.get("op"):
             _fail(f"remat: recompute op {r.get('recompute_op')!r} of {r.get('tensor')!r} is not in the rewritten graph")
-        tensor = tensors.get(str(r.get("recompute_tensor")))
-        if tensor is None or tensor.nbytes != r.get("bytes"):
+        tensor = new_tensors.get(str(r.get("recompute_tensor")))
+        if tensor is None or tensor.nbytes != r.get("bytes") or tensor.nbytes != tensors[str(r["tensor"])].nbytes:
             _fail(f"remat: recompute tensor {r.get('recompute_tensor')!r} is missing or has other bytes than listed")
+    listed = {str(r["recompute_op"]) for r in plan.remat}
+    for op in rewritten.ops:
+        outputs_are_views = all(new_tensors[t].alias_of is not None for t in op.outputs)
+        if op.recompute_of is not None and op.name not in listed and not outputs_are_views:
+            _fail(f"remat: recompute op {op.name!r} is needed by the records but not listed")
+    _check_versions(graph, rewritten)
     return rewritten
+
+
+class _Rewrite:
+    """One walk over the as-given order that emits each recompute right before its first late reader."""
+
+    def __init__(self, graph: Graph, tensors: Mapping[str, Tensor], chosen: Mapping[str, None]) -> None:
+        self.graph, self.tensors = graph, tensors
+        self.root = _roots(tensors)
+        self.producer = {t: k for k, o in enumerate(graph.ops) for t in o.outputs if t not in o.inputs}
+        recomputed = {self.root[t] for o in graph.ops if o.name in chosen for t in o.outputs}
+        self.recomputed = recomputed
+        self.split = _splits(graph, self.root, recomputed)
+        self.taken_tensors = set(tensors)
+        self.taken_ops = {o.name for o in graph.ops}
+        self.late: dict[str, str] = {}  # tensor -> the name late readers use
+        self.new_tensors: list[Tensor] = []
+        self.redefined: dict[str, Tensor] = {}
+        self.out: list[Op] = []
+
+    def run(self) -> Graph:
+        graph = self.graph
+        for k, op in enumerate(graph.ops):
+            inputs = tuple(self.late_name(t) if self.is_late(t, k) else t for t in op.inputs)
+            for t in op.outputs:
+                base = self.tensors[t].alias_of
+                if base is not None and self.is_late(t, k) and t not in self.redefined:
+                    self.redefined[t] = _renamed(self.tensors[t], t, self.late_name(base))
+            self.out.append(op if inputs == op.inputs else _with_inputs(op, inputs))
+        tensors = tuple(self.redefined.get(t.name, t) for t in graph.tensors) + tuple(self.new_tensors)
+        return Graph(graph.name, tensors, tuple(self.out), graph.outputs)
+
+    def is_late(self, t: str, k: int) -> bool:
+        s = self.root[t]
+        return s in self.recomputed and k >= self.split[s]
+
+    def late_name(self, t: str) -> str:
+        """The tensor a late reader of ``t`` reads, emitting its recompute on first need."""
+        if self.root[t] not in self.recomputed:
+            return t
+        if t in self.late:
+            return self.late[t]
+        tensor = self.tensors[t]
+        p = self.producer.get(t)
+        if tensor.alias_of is None:
+            if p is None:
+                _fail(f"remat: tensor {t!r} is recomputed but made by no op")
+            self.emit(self.graph.ops[p])  # type: ignore[index]
+            return self.late[t]
+        if p is not None and p >= self.split[self.root[t]]:
+            return t  # a view made late: re-pointed at the recomputed base
+        if p is None:
+            self.late[t] = self.fresh(t, self.taken_tensors)
+            self.new_tensors.append(_renamed(tensor, self.late[t], self.late_name(tensor.alias_of)))
+            return self.late[t]
+        self.emit(self.graph.ops[p])
+        return self.late[t]
+
+    def emit(self, op: Op) -> None:
+        inputs = tuple(self.late_name(t) for t in op.inputs)
+        outputs = []
+        for t in op.outputs:
+            tensor = self.tensors[t]
+            self.late[t] = self.fresh(t, self.taken_tensors)
+            alias = None if tensor.alias_of is None else self.late_name(tensor.alias_of)
+            self.new_tensors.append(_renamed(tensor, self.late[t], alias))
+            outputs.append(self.late[t])
+        name = self.fresh(op.name, self.taken_ops)
+        self.out.append(Op(name, op.type, inputs, tuple(outputs), op.cost, op.device, None, op.module, None, op.name))
+
+    @staticmethod
+    def fresh(base: str, taken: set[str]) -> str:
+        name, k = base + SUFFIX, 1
+        while name in taken:
+            k += 1
+            name = f"{base}{SUFFIX}{k}"
+        taken.add(name)
+        return name
+
+
+def _splits(graph: Graph, root: Mapping[str, str], storages: set[str]) -> dict[str, int]:
+    """The first late position of each storage in ``storages`` (the module docstring's rule)."""
+    boundary = next((k for k, op in enumerate(graph.ops) if op.backward_of is not None), None)
+    if boundary is not None:
+        return dict.fromkeys(storages, boundary)
+    uses: dict[str, list[int]] = {s: [] for s in storages}
+    for k, op in enumerate(graph.ops):
+        for s in dict.fromkeys(root[t] for t in (*op.inputs, *op.outputs)):
+            if s in uses:
+                uses[s].append(k)
+    split = {}
+    for s, u in uses.items():
+        best_gap, cut = 0, len(graph.ops)
+        for a, b in itertools.pairwise(u):
+            if b - a > best_gap:
+                best_gap, cut = b - a, b
+        split[s] = cut if best_gap >= MIN_GAP else len(graph.ops)
+    return split
+
+
+def _check_versions(graph: Graph, rewritten: Graph) -> None:
+    """A recompute reads its inputs at the versions its original read, and its outputs stand in
+    only for tensors at version 0 (never updated in place before the late reader)."""
+    original = _versions_read(graph)
+    now = _versions_read(rewritten)
+    ops = {o.name: o for o in graph.ops}
+    for op in rewritten.ops:
+        source = ops[op.recompute_of] if op.recompute_of else None
+        for i, t in enumerate(op.inputs):
+            if source is not None:
+                before = original[(source.name, source.inputs[i])]
+            elif (op.name, t) in original:
+                continue
+            else:  # an original op reading a recomputed tensor in place of the one it names
+                before = original[(op.name, ops[op.name].inputs[i])]
+            if now[(op.name, t)] != before:
+                _fail(f"remat: op {op.name!r} reads {t!r} at version {now[(op.name, t)]}, the original read {before}")
+
+
+def _versions_read(graph: Graph) -> dict[tuple[str, str], int]:
+    root = _roots({t.name: t for t in graph.tensors})
+    version: dict[str, int] = {}
+    read: dict[tuple[str, str], int] = {}
+    for op in graph.ops:
+        for t in op.inputs:
+            read[(op.name, t)] = version.get(root[t], 0)
+        for t in op.outputs:
+            if t in op.inputs:
+                version[root[t]] = version.get(root[t], 0) + 1
+    return read
+
+
+def _roots(tensors: Mapping[str, Tensor]) -> dict[str, str]:
+    roots: dict[str, str] = {}
+    for name in tensors:
+        cur, seen = name, set()
+        while tensors[cur].alias_of is not None and cur not in seen:
+            seen.add(cur)
+            cur = tensors[cur].alias_of  # type: ignore[assignment]
+        roots[name] = cur
+    return roots
+
+
+def _renamed(tensor: Tensor, name: str, alias_of: str | None) -> Tensor:
+    return Tensor(name, tensor.nbytes, tensor.kind, tensor.shape, tensor.dtype, alias_of, tensor.grad_of)
+
+
+def _with_inputs(op: Op, inputs: tuple[str, ...]) -> Op:
+    return Op(op.name, op.type, inputs, op.outputs, op.cost, op.device, op.backward_of, op.module, op.stage,
+              op.recompute_of)
 
 
 def _fail(message: str) -> None:

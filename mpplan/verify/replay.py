@@ -130,7 +130,10 @@ def replay(
                 storage = of_copy[t][0] if t in of_copy else root[t]
                 if deps is not None:
                     deps.create(storage if storage == t else None, t, step)
-            touch(storage, step, device)
+            if home.get(storage) == device:
+                last[storage] = step
+            else:
+                touch(storage, step, device)
             touched.append(storage)
         if deps is not None:
             deps.users(step, *touched)
