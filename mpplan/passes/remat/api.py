@@ -17,7 +17,7 @@ from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
 from mpplan.passes.remat.rewriting import candidate_indices, rewrite
 
-__all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "remat"]
+__all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "remat", "resolve_budget", "result_of"]
 
 POLICIES = ("none", "mirror", "sqrt", "budget")
 
@@ -143,7 +143,7 @@ def remat(
         return _result(model, policy, chosen, baseline, clock)
     if budget is None:
         raise ConfigError("remat budget: the budget policy needs bytes (16GiB) or a fraction (0.8) of the peak")
-    limit = _resolve_budget(budget, baseline)
+    limit = resolve_budget(budget, baseline)
     if limit >= baseline:
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
@@ -157,8 +157,9 @@ def remat(
                    optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
 
 
-def _resolve_budget(budget: float | str, baseline: int) -> int:
-    """Bytes of a budget given as bytes, a size string or a fraction of ``baseline``."""
+def resolve_budget(budget: float | str, baseline: int) -> int:
+    """Bytes of a budget given as bytes, a size string or a fraction of ``baseline``
+    (``ConfigError`` for anything else)."""
     if isinstance(budget, str):
         from mpplan.config import parse_budget
 
@@ -175,6 +176,17 @@ def _resolve_budget(budget: float | str, baseline: int) -> int:
     if budget <= 0:
         raise ConfigError(f"remat budget: expected a positive number of bytes, got {budget}")
     return budget
+
+
+def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, clock: float,
+              **fields: Any) -> RematResult:
+    """The ``RematResult`` of recomputing the ops named ``ops`` of ``graph`` (recomputable
+    ones), measured as ``remat`` measures; ``fields`` fill the solver's fields."""
+    ops = tuple(ops)
+    if not ops:
+        return _unchanged(graph, policy, baseline, clock, **fields)
+    model = build_model(graph)
+    return _result(model, policy, candidate_indices(model, ops), baseline, clock, **fields)
 
 
 def _result(
