@@ -28,7 +28,8 @@ from typing import Generic, TypeVar
 
 from mpplan import sim
 from mpplan.graph import Graph
-from mpplan.passes.remat.api import RematInfeasibleError, RematResult, remat, resolve_budget, result_of
+from mpplan.errors import ConfigError
+from mpplan.passes.remat.api import RematInfeasibleError, RematResult, records_of, remat, resolve_budget, result_of
 from mpplan.passes.remat.rewriting import recomputable
 
 __all__ = ["Fitted", "fit_planned", "in_order"]
@@ -138,11 +139,14 @@ def _planned(
 ) -> Fitted[P]:
     """Plan the rewrite of ``graph`` by the ops ``decided`` recomputes (decided on
     ``ordered``), in ``decided``'s order when it rewrites to the same graph."""
-    allowed = set(recomputable(graph))
-    ops = tuple(dict.fromkeys(op.recompute_of for op in decided.graph.ops if op.recompute_of in allowed))
+    ops = tuple(dict.fromkeys(record["op"] for record in records_of(decided.graph)))
     fields = dict(budget_bytes=limit, solver=decided.solver, optimal=decided.optimal, bound=decided.bound,
                   gap=decided.gap, note=decided.note)
-    result = result_of(graph, ops, "budget", baseline, clock, **fields)
+    try:
+        result = result_of(graph, ops, "budget", baseline, clock, **fields)
+    except ConfigError:  # decided in another order: keep what is recomputable in the given one
+        allowed = set(recomputable(graph))
+        result = result_of(graph, [op for op in ops if op in allowed], "budget", baseline, clock, **fields)
     rewritten = result.graph
     if ordered is not graph and _same_ops(rewritten, decided.graph):
         rewritten = in_order(rewritten, [op.name for op in decided.graph.ops])
