@@ -10,7 +10,8 @@ executed op order out):
 2. Otherwise decide recomputes on the graph *in the planner's order* (and, when that
    differs, in the given order too), plan the rewritten graph (the scheduler may move
    ops around the recomputes), and while the planned peak is over the budget, aim
-   the recomputes lower by the overshoot and retry.
+   the recomputes lower by the overshoot and retry (halfway back when that aim is
+   refused).
 3. Keep the fit with the least added cost.  When nothing fits, raise
    ``RematInfeasibleError`` carrying the plan with the least peak found.
 
@@ -97,21 +98,24 @@ def fit_planned(
     tried: list[Fitted[P]] = [first]
     messages: list[str] = []
     for label, ordered in orders.items():
-        target = limit
+        target, over, under = limit, limit, 0  # the LOAD target; targets planned over, and refused
         for _ in range(MAX_ROUNDS):
             share = max(1.0, (deadline - time.perf_counter()) / 2)
             try:
                 decided = remat(ordered, "budget", budget=target, solver=solver, time_limit_s=share)
-                refused = False
             except RematInfeasibleError as exc:
-                decided, refused = exc.best, True
+                decided, under = exc.best, target
                 messages.append(str(exc))
             fitted = _planned(graph, ordered, decided, plan_graph, baseline, limit, clock, label)
             tried.append(fitted)
-            if fitted.fits or refused or time.perf_counter() > deadline:
+            if fitted.fits or time.perf_counter() > deadline:
                 break
-            target -= max(1, fitted.peak - limit)
-            if target <= 0:
+            if under < target:  # planned over the budget: aim lower by the overshoot
+                over = target
+                target = max(under + 1, target - max(1, fitted.peak - limit))
+            else:  # refused: aim between the refusal and the last target planned over
+                target = (under + over) // 2
+            if not under < target < over or target <= 0:
                 break
     fits = [f for f in tried if f.fits]
     if fits:
