@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from mpplan import sim
 from mpplan.errors import ConfigError, MpplanError
 from mpplan.gcpause import collector_paused
+from mpplan.passes.remat import RematInfeasibleError
 from mpplan.graph import Graph
 from mpplan.outputs import output_folder
 
@@ -181,7 +182,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = output_folder("plan", args.out, config.output.dir)
     graph = graph_from_config(config)
     settings = PlannerSettings.from_config(config.planner)
-    result = plan(graph, devices, settings)
+    try:
+        result = plan(graph, devices, settings)
+    except RematInfeasibleError as exc:
+        if exc.plan is None:
+            raise
+        return _write_refused_plan(graph, exc, out)
     verify(graph, result, check_capacity=False)  # a misfit is still a correct plan: exit 3 below
     path = save_plan(result, out / "plan.json")
     static = sim.static_bytes(graph)
@@ -207,6 +213,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
             )
         return 3
     return 0
+
+
+def _write_refused_plan(graph: Graph, exc: RematInfeasibleError, out: Path) -> int:
+    """An infeasible remat budget: the refusal, and the best infeasible plan written next to it (exit 3)."""
+    from mpplan.plan import save_plan
+    from mpplan.verify import verify
+
+    verify(graph, exc.plan, check_capacity=False)
+    path = save_plan(exc.plan, out / "plan.json")
+    print(f"mpplan: error: {exc}", file=sys.stderr)
+    print(f"does not fit the remat budget: the best infeasible plan (peak {exc.plan.max_peak_bytes} bytes) "
+          f"written to {path} (verified)")
+    return exc.exit_code
 
 
 def _write_plan_report(graph: Graph, plan, out: Path, baselines: dict[str, int], **extra) -> Path:

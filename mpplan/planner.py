@@ -6,6 +6,7 @@ module only wires them together, times them, and picks among placements.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -19,7 +20,8 @@ from mpplan.passes.assign import assign_offsets, share_objects
 from mpplan.passes.concurrency import dag_may_share
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.passes.liveness import Liveness, live_ranges
-from mpplan.passes.remat import RematResult, apply_recompute, remat
+from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
+from mpplan.passes.remat.fit import Fitted, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan
 from mpplan.progress import progress
@@ -97,6 +99,8 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
     """Plan ``graph`` over ``devices``: the best placement the settings allow, fully assigned."""
     if not devices:
         raise ValueError("plan needs at least one device")
+    if settings.remat == "budget":
+        return _plan_within_budget(graph, devices, settings)
     seconds: dict[str, float] = {}
     original = graph
     graph = memory_model(graph, settings.grads)
@@ -106,7 +110,7 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         clock = time.perf_counter()
         if settings.remat != "none":
             bar.update(0, note="remat")
-            rematted = _remat(graph, settings, devices)
+            rematted = _remat(graph, settings)
             graph = rematted.graph
             seconds["remat"] = _lap(clock)
             bar.update()
@@ -159,16 +163,60 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
     )
 
 
-def _remat(graph: Graph, settings: PlannerSettings, devices: Sequence[Device]) -> RematResult:
-    budget = settings.remat_budget
-    fraction = capacity_fraction(budget)
-    if fraction is not None:  # '0.9 capacity': bytes of the smallest device
-        budget = int(fraction * min(d.capacity for d in devices))
+def _plan_within_budget(graph: Graph, devices: Sequence[Device], settings: PlannerSettings) -> Plan:
+    """``remat: budget``: the budget bounds every device's planned peak (arena at the
+    alignment, static included), order first, then recomputes (``mpplan.passes.remat.fit``).
+    ``RematInfeasibleError`` carries the plan with the least peak found as ``plan``."""
+    if settings.remat_budget is None:
+        raise ConfigError("remat budget: the budget policy needs bytes (16GiB) or a fraction (0.8) of the peak")
+    inner = dataclasses.replace(settings, remat="none", grads="static")  # the graph is already under grads
+
+    def plan_graph(rewritten: Graph) -> tuple[Plan, int, Sequence[str]]:
+        planned = plan(rewritten, devices, inner)
+        return planned, planned.max_peak_bytes, planned.schedule
+
+    clock = time.perf_counter()
+    dynamic = memory_model(graph, settings.grads)
+    try:
+        fitted = fit_planned(dynamic, _budget(settings, devices), plan_graph, solver=settings.remat_solver,
+                             time_limit_s=settings.remat_time_limit_s)
+    except RematInfeasibleError as exc:
+        best = _with_remat(graph, exc.plan, settings, time.perf_counter() - clock)
+        raise RematInfeasibleError(str(exc), exc.missing_bytes, exc.best, plan=best) from None
+    return _with_remat(graph, fitted, settings, time.perf_counter() - clock)
+
+
+def _with_remat(graph: Graph, fitted: Fitted[Plan], settings: PlannerSettings, seconds: float) -> Plan:
+    """The plan of ``fitted`` as a plan of ``graph`` under ``settings``, with its recomputes."""
+    inner, result = fitted.plan, fitted.result
+    chosen = _remat_chosen(result)
+    chosen["remat_chosen"].update(order=fitted.order, fits=fitted.fits)
+    timing = {"remat": round(seconds - inner.seconds.get("total", 0.0), 6), **inner.seconds, "total": round(seconds, 6)}
+    return dataclasses.replace(
+        inner,
+        graph_name=graph.name,
+        graph_hash=graph.content_hash,
+        settings={**settings.to_dict(), "placement_chosen": inner.settings.get("placement_chosen"), **chosen},
+        seconds=timing,
+        remat=result.plan_records(),
+        compute_overhead=result.compute_overhead,
+    )
+
+
+def _budget(settings: PlannerSettings, devices: Sequence[Device]) -> Any:
+    """The remat budget as the fit takes it: '0.9 capacity' becomes bytes of the smallest device."""
+    fraction = capacity_fraction(settings.remat_budget)
+    if fraction is None:
+        return settings.remat_budget
+    return int(fraction * min(d.capacity for d in devices))
+
+
+def _remat(graph: Graph, settings: PlannerSettings) -> RematResult:
     return remat(
         graph,
         settings.remat,
         threshold=settings.remat_threshold,
-        budget=budget,
+        budget=settings.remat_budget,
         solver=settings.remat_solver,
         time_limit_s=settings.remat_time_limit_s,
     )

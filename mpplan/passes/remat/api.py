@@ -3,6 +3,7 @@ the rewritten graph (the package docstring describes the policies)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,9 +16,10 @@ from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budge
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
-from mpplan.passes.remat.rewriting import candidate_indices, rewrite
+from mpplan.passes.remat.rewriting import apply_recompute, candidate_indices, repeated_op, rewrite
+from mpplan.passes.remat.rounds import fit_rounds
 
-__all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "remat"]
+__all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "records_of", "remat", "resolve_budget", "result_of"]
 
 POLICIES = ("none", "mirror", "sqrt", "budget")
 
@@ -61,25 +63,8 @@ class RematResult:
     note: str = ""
 
     def plan_records(self) -> tuple[dict[str, Any], ...]:
-        """One record per recomputed tensor, for ``Plan.remat``: the tensor, the op that
-        made it, the recompute op and tensor that replace it late, and its bytes."""
-        graph = self.graph
-        records = []
-        for op in graph.ops:
-            if op.recompute_of is None or graph.tensor(op.outputs[0]).alias_of is not None:
-                continue
-            original = graph.op(op.recompute_of)
-            for old, new in zip(original.outputs, op.outputs):
-                records.append(
-                    {
-                        "tensor": old,
-                        "op": original.name,
-                        "recompute_op": op.name,
-                        "recompute_tensor": new,
-                        "bytes": graph.tensor(new).nbytes,
-                    }
-                )
-        return tuple(records)
+        """``records_of`` the rewritten graph, for ``Plan.remat``."""
+        return records_of(self.graph)
 
 
 
@@ -96,6 +81,28 @@ class RematInfeasibleError(InfeasibleError):
         self.plan = plan
 
 
+def records_of(graph: Graph) -> tuple[dict[str, Any], ...]:
+    """One record per recomputed tensor of ``graph``: the tensor, the op that made it (for
+    a later round, the recompute it repeats: ``repeated_op``), the recompute op and
+    tensor that replace it late, and its bytes."""
+    records = []
+    for op in graph.ops:
+        if op.recompute_of is None or graph.tensor(op.outputs[0]).alias_of is not None:
+            continue
+        original = graph.op(repeated_op(op.name))
+        for old, new in zip(original.outputs, op.outputs):
+            records.append(
+                {
+                    "tensor": old,
+                    "op": original.name,
+                    "recompute_op": op.name,
+                    "recompute_tensor": new,
+                    "bytes": graph.tensor(new).nbytes,
+                }
+            )
+    return tuple(records)
+
+
 # --- the entry point -----------------------------------------------------------------
 
 
@@ -107,6 +114,7 @@ def remat(
     budget: float | str | None = None,
     solver: str = "auto",
     time_limit_s: float = 60.0,
+    rounds: bool = True,
 ) -> RematResult:
     """Rewrite ``graph`` with the recomputes ``policy`` chooses (module docstring).
 
@@ -115,7 +123,10 @@ def remat(
     such as ``"16GiB"``) is what ``budget`` fits; ``solver`` is ``auto``,
     ``heuristic`` or ``exact``; ``time_limit_s`` caps the budget search: the exact
     solver, and the heuristic's extra starts and local search (its first greedy
-    pass always runs to the end).  Raises ``ConfigError`` for a bad argument and ``InfeasibleError``
+    pass always runs to the end); ``rounds`` lets the budget policy try a second round
+    of recomputes on graphs without a backward pass (``mpplan.passes.remat.rounds``),
+    in the time the first left, or when one round cannot fit.  Raises ``ConfigError``
+    for a bad argument and ``InfeasibleError``
     (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
     recomputes fits the budget.
     """
@@ -143,22 +154,39 @@ def remat(
         return _result(model, policy, chosen, baseline, clock)
     if budget is None:
         raise ConfigError("remat budget: the budget policy needs bytes (16GiB) or a fraction (0.8) of the peak")
-    limit = _resolve_budget(budget, baseline)
+    limit = resolve_budget(budget, baseline)
     if limit >= baseline:
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
-    try:
+    try:  # a graph without backward may then try a second round (``rounds``) in the time left
         fit = fit_budget(model, limit, solver, time_limit_s, clock)
     except BudgetInfeasibleError as exc:
+        left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
+        more = None if model.training or not rounds else fit_rounds(model, limit, solver, left, beat=math.inf)
+        if more is not None:
+            multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit,
+                              solver=f"{solver}+rounds", note="two rounds of recomputes; one round does not fit")
+            if multi.peak_bytes <= limit:
+                return multi
         best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
                        note="the budget is infeasible: the least peak found")
         raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
-    return _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
-                   optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
+    result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
+                     optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
+    left = time_limit_s - (time.perf_counter() - clock)
+    if model.training or not rounds or left <= 0 or not result.added_cost:
+        return result
+    more = fit_rounds(model, limit, solver, left, beat=result.added_cost)
+    if more is None:
+        return result
+    multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit, solver=f"{fit.solver}+rounds",
+                      note=f"two rounds of recomputes; one round costs {result.added_cost:g}")
+    return multi if multi.peak_bytes <= limit and multi.added_cost < result.added_cost else result
 
 
-def _resolve_budget(budget: float | str, baseline: int) -> int:
-    """Bytes of a budget given as bytes, a size string or a fraction of ``baseline``."""
+def resolve_budget(budget: float | str, baseline: int) -> int:
+    """Bytes of a budget given as bytes, a size string or a fraction of ``baseline``
+    (``ConfigError`` for anything else)."""
     if isinstance(budget, str):
         from mpplan.config import parse_budget
 
@@ -175,6 +203,35 @@ def _resolve_budget(budget: float | str, baseline: int) -> int:
     if budget <= 0:
         raise ConfigError(f"remat budget: expected a positive number of bytes, got {budget}")
     return budget
+
+
+def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, clock: float,
+              **fields: Any) -> RematResult:
+    """The ``RematResult`` of ``apply_recompute(graph, ops)`` (later rounds included),
+    measured as ``remat`` measures; ``fields`` fill the solver's fields."""
+    ops = tuple(dict.fromkeys(ops))
+    if not ops:
+        return _unchanged(graph, policy, baseline, clock, **fields)
+    present = {op.name for op in graph.ops}
+    if all(name in present for name in ops):
+        model = build_model(graph)
+        return _result(model, policy, candidate_indices(model, ops), baseline, clock, **fields)
+    rewritten = apply_recompute(graph, ops)
+    added = tuple(op for op in rewritten.ops if op.name not in present)
+    added_cost = sum(op.cost for op in added)
+    total = sum(op.cost for op in graph.ops)
+    return RematResult(
+        graph=rewritten,
+        policy=policy,
+        recomputed=tuple(r["tensor"] for r in records_of(rewritten)),
+        recompute_ops=tuple(op.name for op in added),
+        added_cost=added_cost,
+        compute_overhead=added_cost / total if total > 0 else 0.0,
+        peak_bytes=sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))),
+        baseline_peak_bytes=baseline,
+        seconds=round(time.perf_counter() - clock, 6),
+        **fields,
+    )
 
 
 def _result(

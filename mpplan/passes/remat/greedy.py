@@ -42,6 +42,7 @@ def greedy(
     prune: bool = True,
     banned: frozenset[int] = frozenset(),
     levels: int = CHAIN_LEVELS,
+    least_load: bool = True,
 ) -> Choice:
     """The greedy (module docstring) from ``choice``, which it changes and returns.
 
@@ -49,7 +50,8 @@ def greedy(
     holds one that lowers the excess over the budget (at most ``GREEDY_MAX_TRIES`` per
     step), never choosing ``banned``; moves grow at most ``levels`` levels (1: single
     candidates).  If the budget cannot be met, the choice with the least LOAD met
-    (then the least cost) is returned.
+    (then the least cost) is returned, or with ``least_load=False`` the last one (the
+    least excess over the budget: a start for a second round of recomputes).
     """
     best = (choice.load, choice.cost, dict(choice.anchor))
     while choice.load > dyn_budget:
@@ -73,7 +75,8 @@ def greedy(
         if (choice.load, choice.cost) < best[:2]:
             best = (choice.load, choice.cost, dict(choice.anchor))
     if choice.load > dyn_budget:
-        choice.restore(best[2], dyn_budget)
+        if least_load:
+            choice.restore(best[2], dyn_budget)
         return choice
     return drop_unneeded(choice, dyn_budget) if prune else choice
 

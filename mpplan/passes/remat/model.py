@@ -147,9 +147,13 @@ class RematModel:
 # --- the memory model ----------------------------------------------------------------
 
 
-def build_model(graph: Graph) -> RematModel:
+def build_model(graph: Graph, *, only: frozenset[str] | None = None) -> RematModel:
     """The ``RematModel`` of ``graph``: which ops are recomputable, and every dynamic
-    storage's uses split into early and late (module docstring)."""
+    storage's uses split into early and late (module docstring).
+
+    ``only`` restricts the candidates to the ops it names, and then lets recompute ops
+    be candidates (a later round of recomputes: ``mpplan.passes.remat.rounds``);
+    without it, recompute ops already in the graph are never candidates."""
     topo = graph.topology
     ops, tensors = graph.ops, graph.tensors
     n = topo.num_ops
@@ -186,7 +190,9 @@ def build_model(graph: Graph) -> RematModel:
     max_anchor: list[int] = []
     for k in reversed(range(boundary if training else n)):
         op = ops[k]
-        if op.backward_of is not None or op.recompute_of is not None or not topo.op_outputs[k] or is_random(op):
+        if op.backward_of is not None or not topo.op_outputs[k] or is_random(op):
+            continue
+        if (op.recompute_of is not None) if only is None else (op.name not in only):
             continue
         outs = topo.op_outputs[k]
         if not all(_recomputable_output(graph, t, k, written, aliases, reads, split[index[t]] if t in index else 0)

@@ -10,7 +10,7 @@ from mpplan.graph import Graph, Op, Tensor
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import SUFFIX, RematModel, build_model, storage_index
 
-__all__ = ["apply_recompute", "candidate_indices", "recomputable", "rewrite"]
+__all__ = ["apply_recompute", "candidate_indices", "recomputable", "repeated_op", "rewrite"]
 
 
 def recomputable(graph: Graph) -> tuple[str, ...]:
@@ -21,11 +21,30 @@ def recomputable(graph: Graph) -> tuple[str, ...]:
 def apply_recompute(graph: Graph, ops: Iterable[str]) -> Graph:
     """``graph`` with the ops named in ``ops`` recomputed before their late readers.
 
-    Names that are not recomputable (``recomputable``) raise ``ConfigError``; ops no
-    late use needs are left alone.
+    Names of ops of ``graph`` are recomputed first; a name of a recompute op that round
+    made (``F@recompute``) is then recomputed again, in a round of its own on the
+    rewritten graph (several recomputes of one tensor), and so on.  Names that are not
+    recomputable in their round raise ``ConfigError``; ops no late use needs are left
+    alone.
     """
-    model = build_model(graph)
-    return rewrite(model, evaluate(model, candidate_indices(model, ops)))[0]
+    remaining = list(dict.fromkeys(ops))
+    first = True
+    while remaining:
+        present = {op.name for op in graph.ops}
+        now = [name for name in remaining if name in present]
+        if not now:
+            raise ConfigError(f"remat: op {remaining[0]!r} is not recomputable; see mpplan.passes.remat.recomputable")
+        model = build_model(graph) if first else build_model(graph, only=frozenset(now))
+        graph = rewrite(model, evaluate(model, candidate_indices(model, now)))[0]
+        remaining = [name for name in remaining if name not in present]
+        first = False
+    return graph
+
+
+def repeated_op(name: str) -> str:
+    """The op a recompute op named ``name`` repeats in its round (``F`` for ``F@recompute``
+    and ``F@recompute2``, ``F@recompute`` for ``F@recompute@recompute``)."""
+    return name.rsplit(SUFFIX, 1)[0]
 
 
 def candidate_indices(model: RematModel, names: Iterable[str]) -> list[int]:
@@ -102,7 +121,8 @@ def rewrite(model: RematModel, ev: Evaluation) -> tuple[Graph, tuple[str, ...], 
             new_tensors.append(_copy_tensor(tensor, late[t], alias_of=alias))
             outputs.append(late[t])
         name = fresh(op.name, taken_ops)
-        out.append(Op(name, op.type, inputs, tuple(outputs), op.cost, op.device, None, op.module, None, op.name))
+        root = op.recompute_of or op.name  # the captured op it repeats, whatever the round
+        out.append(Op(name, op.type, inputs, tuple(outputs), op.cost, op.device, None, op.module, None, root))
         added.append(name)
         added_cost += op.cost
 

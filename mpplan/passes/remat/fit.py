@@ -1,0 +1,164 @@
+"""Fit a budget on the device: order first, then recomputes, judged by the planned peak.
+
+``remat(..., "budget")`` bounds ``static + LOAD`` of one fixed order.  What a user
+means by "budget: 10 GiB" is what the device holds: the arena of the planned order at
+the configured alignment, plus the static bytes.  ``fit_planned`` closes that gap
+with the planner in the loop (``plan_graph``: a graph in, its plan, planned peak and
+executed op order out):
+
+1. Plan the graph as it is.  If the planner's own order fits, recompute nothing.
+2. Otherwise decide recomputes on the graph *in the planner's order* (and, when that
+   differs, in the given order too), plan the rewritten graph (the scheduler may move
+   ops around the recomputes), and while the planned peak is over the budget, aim
+   the recomputes lower by the overshoot and retry (halfway back when that aim is
+   refused).
+3. Keep the fit with the least added cost.  When nothing fits, raise
+   ``RematInfeasibleError`` carrying the plan with the least peak found.
+
+The graph the plan runs is always ``apply_recompute(graph, ops)`` of the chosen ops,
+the rewrite the verifier and the executor rebuild; a decision taken in another order
+is planned in that order only when it rewrites to the same graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from mpplan import sim
+from mpplan.graph import Graph
+from mpplan.errors import ConfigError
+from mpplan.passes.remat.api import RematInfeasibleError, RematResult, records_of, remat, resolve_budget, result_of
+from mpplan.passes.remat.rewriting import recomputable
+
+__all__ = ["Fitted", "fit_planned", "in_order"]
+
+P = TypeVar("P")
+
+#: Rounds of "aim lower by the overshoot" per decision order.
+MAX_ROUNDS = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fitted(Generic[P]):
+    """A remat decision and its plan: ``result`` the rewrite, ``plan`` what
+    ``plan_graph`` returned for it, ``peak`` its planned peak, ``fits`` whether that is
+    within the budget, ``order`` which order decided the recomputes (``none``: nothing
+    recomputed, ``planner`` or ``as_given``)."""
+
+    result: RematResult
+    plan: P
+    peak: int
+    fits: bool
+    order: str
+
+
+def in_order(graph: Graph, names: Sequence[str]) -> Graph:
+    """``graph`` with its ops in the order of ``names`` (a topological order of its ops;
+    names of other ops, such as copies, are skipped)."""
+    by_name = {op.name: op for op in graph.ops}
+    ops = tuple(by_name[name] for name in dict.fromkeys(names) if name in by_name)
+    if len(ops) != len(graph.ops):
+        raise ValueError(f"in_order: expected an order of all {len(graph.ops)} ops, got {len(ops)}")
+    if ops == graph.ops:
+        return graph
+    return Graph(graph.name, graph.tensors, ops, graph.outputs)
+
+
+def fit_planned(
+    graph: Graph,
+    budget: float | str,
+    plan_graph: Callable[[Graph], tuple[P, int, Sequence[str]]],
+    *,
+    solver: str = "auto",
+    time_limit_s: float = 60.0,
+) -> Fitted[P]:
+    """The cheapest recomputes whose *planned* peak fits ``budget`` (module docstring).
+
+    ``budget`` is bytes, a size string, or a fraction of ``static + LOAD`` of the given
+    order (as for ``remat``).  Raises ``RematInfeasibleError`` (``best``: the rewrite
+    with the least planned peak; ``plan``: its ``Fitted``) when nothing fits.
+    """
+    clock = time.perf_counter()
+    baseline = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
+    limit = resolve_budget(budget, baseline)
+    plan0, peak0, order0 = plan_graph(graph)
+    unchanged = result_of(graph, (), "budget", baseline, clock, budget_bytes=limit, solver="none", optimal=True)
+    first = Fitted(unchanged, plan0, peak0, peak0 <= limit, "none")
+    if first.fits:
+        note = "the planner's order fits without recomputation"
+        return dataclasses.replace(first, result=dataclasses.replace(first.result, note=note))
+    names = [name for name in order0 if name in {op.name for op in graph.ops}]
+    orders = {"planner": in_order(graph, names)}
+    if orders["planner"] is not graph:
+        orders["as_given"] = graph
+    deadline = clock + time_limit_s
+    tried: list[Fitted[P]] = [first]
+    messages: list[str] = []
+    for label, ordered in orders.items():
+        target, over, under = limit, limit, 0  # the LOAD target; targets planned over, and refused
+        for _ in range(MAX_ROUNDS):
+            share = max(1.0, (deadline - time.perf_counter()) / 2)
+            try:
+                decided = remat(ordered, "budget", budget=target, solver=solver, time_limit_s=share)
+            except RematInfeasibleError as exc:
+                decided, under = exc.best, target
+                messages.append(str(exc))
+            fitted = _planned(graph, ordered, decided, plan_graph, baseline, limit, clock, label)
+            tried.append(fitted)
+            if fitted.fits or time.perf_counter() > deadline:
+                break
+            if under < target:  # planned over the budget: aim lower by the overshoot
+                over = target
+                target = max(under + 1, target - max(1, fitted.peak - limit))
+            else:  # refused: aim between the refusal and the last target planned over
+                target = (under + over) // 2
+            if not under < target < over or target <= 0:
+                break
+    fits = [f for f in tried if f.fits]
+    if fits:
+        return min(fits, key=lambda f: (f.result.added_cost, f.peak))
+    best = min(tried, key=lambda f: (f.peak, f.result.added_cost))
+    why = f"; the recompute search said: {messages[0]}" if messages else ""
+    raise RematInfeasibleError(
+        f"graph {graph.name!r}: remat budget {limit} bytes is infeasible: the least planned peak found is "
+        f"{best.peak} bytes, {best.peak - limit} bytes over it{why}",
+        best.peak - limit,
+        best.result,
+        plan=best,
+    )
+
+
+def _planned(
+    graph: Graph,
+    ordered: Graph,
+    decided: RematResult,
+    plan_graph: Callable[[Graph], tuple[P, int, Sequence[str]]],
+    baseline: int,
+    limit: int,
+    clock: float,
+    label: str,
+) -> Fitted[P]:
+    """Plan the rewrite of ``graph`` by the ops ``decided`` recomputes (decided on
+    ``ordered``), in ``decided``'s order when it rewrites to the same graph."""
+    ops = tuple(dict.fromkeys(record["op"] for record in records_of(decided.graph)))
+    fields = dict(budget_bytes=limit, solver=decided.solver, optimal=decided.optimal, bound=decided.bound,
+                  gap=decided.gap, note=decided.note)
+    try:
+        result = result_of(graph, ops, "budget", baseline, clock, **fields)
+    except ConfigError:  # decided in another order: keep what is recomputable in the given one
+        allowed = set(recomputable(graph))
+        result = result_of(graph, [op for op in ops if op in allowed], "budget", baseline, clock, **fields)
+    rewritten = result.graph
+    if ordered is not graph and _same_ops(rewritten, decided.graph):
+        rewritten = in_order(rewritten, [op.name for op in decided.graph.ops])
+    planned, peak, _ = plan_graph(rewritten)
+    result = dataclasses.replace(result, graph=rewritten)
+    return Fitted(result, planned, peak, peak <= limit, label)
+
+
+def _same_ops(a: Graph, b: Graph) -> bool:
+    """Whether ``a`` and ``b`` hold the same ops and tensors, whatever their order."""
+    return set(a.ops) == set(b.ops) and set(a.tensors) == set(b.tensors) and a.outputs == b.outputs
