@@ -55,7 +55,8 @@ def plan_for_apply(
     ``budget=None`` the plan recomputes nothing.  ``forward_calls`` is where the
     module's own forward ends in the graph's forward ops (``recompute.forward_calls``;
     ``None``: all of them are the module's).  Raises ``InfeasibleError`` when no
-    budget the remat pass accepts brings ``apply``'s peak under ``budget``.
+    budget the remat pass accepts brings ``apply``'s peak under ``budget``; its
+    ``missing_bytes`` is how far the least peak found is above it.
     """
     if budget is None:
         planned = plan(program.graph, devices, replace(settings, remat="none", remat_budget=None))
@@ -66,20 +67,33 @@ def plan_for_apply(
     if unplanned.peak_bytes <= budget:
         planned = plan(program.graph, devices, replace(settings, remat="none", remat_budget=None))
         return ApplyPlan(planned, unplanned, None)
-    asked = budget
+    asked, at_floor = budget, False
+    best: ApplyPrediction | None = None
     for _ in range(ROUNDS):
-        planned = plan(program.graph, devices, replace(settings, remat="budget", remat_budget=asked))
+        try:
+            planned = plan(program.graph, devices, replace(settings, remat="budget", remat_budget=asked))
+        except InfeasibleError as exc:
+            if at_floor or exc.missing_bytes <= 0:
+                raise
+            # Under the remat pass's floor on its own graph; apply's graph may still fit at that floor.
+            asked, at_floor = asked + exc.missing_bytes, True
+            planned = plan(program.graph, devices, replace(settings, remat="budget", remat_budget=asked))
         policy = RecomputePolicy.from_records(program, planned.remat, forward_calls)
         predicted = predict_apply(program, policy.ops, optimizer_path=optimizer_path)
+        best = predicted if best is None or predicted.peak_bytes < best.peak_bytes else best
         miss = predicted.peak_bytes - budget
         if miss <= 0:
             return ApplyPlan(planned, predicted, asked)
+        if at_floor:
+            break
         asked -= max(miss, 1)
         if asked <= 0:
             break
+    assert best is not None
     raise InfeasibleError(
-        f"apply budget {budget} bytes: after {ROUNDS} plans apply's predicted peak is still "
-        f"{predicted.peak_bytes} bytes; raise the budget"
+        f"apply budget {budget} bytes: the least peak apply is predicted to reach is {best.peak_bytes} bytes; "
+        "raise the budget",
+        missing_bytes=best.peak_bytes - budget,
     )
 
 
