@@ -117,7 +117,8 @@ def cases(quick: bool, device: torch.device, gpt2_shape: tuple[int, int]) -> lis
         found.append(
             Case(
                 "gpt2_small",
-                f"GPT-2 small (GPT2LMHeadModel, default GPT2Config, random init), batch {batch} x {seq}, labels = inputs",
+                f"GPT-2 small (GPT2LMHeadModel, default GPT2Config, random init), batch {batch} x {seq}, "
+                "labels = inputs",
                 lambda: zoo.build("gpt2", config_name="gpt2"),
                 {"input_ids": ids, "labels": ids},
                 _hf_checkpoint,
@@ -229,7 +230,9 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
     rows = [Row("eager", eager.peak, eager.step_s, eager.calls, "reference")]
     log(f"{case.name}: HF gradient checkpointing")
     gc = train(case.checkpoint(fresh()), case.inputs, device)
-    rows.append(Row("HF gradient checkpointing (use_reentrant=False)", gc.peak, gc.step_s, gc.calls, numerics(gc, eager)))
+    rows.append(
+        Row("HF gradient checkpointing (use_reentrant=False)", gc.peak, gc.step_s, gc.calls, numerics(gc, eager))
+    )
     peers = [("HF GC", gc.peak)]
     for budget in COMPILE_BUDGETS:
         name = "torch.compile" + ("" if budget is None else f", activation_memory_budget {budget}")
@@ -241,7 +244,8 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
         note = "" if device.type == "cuda" else "peak: inductor's buffers bypass the storage meter"
         rows.append(Row(name, run.peak, run.step_s, None, numerics(run, eager), note))
         if run.peak is not None:
-            peers.append((name.replace("torch.compile", "compile").replace("activation_memory_budget ", "amb "), run.peak))
+            short = name.replace("torch.compile", "compile").replace("activation_memory_budget ", "amb ")
+            peers.append((short, run.peak))
     log(f"{case.name}: capture")
     program = capture_for(model, case.inputs, device, mode="train", optimizer="adam", loss_fn=None)
     calls = forward_calls(model, case.inputs, device)

@@ -143,7 +143,9 @@ def _resolve(value: Any) -> Any:
 
 
 def forward_calls(model: torch.nn.Module, example_inputs: Any, device: torch.device) -> int:
-    """How many ATen calls (but ``detach``) ``model``'s own forward makes on ``device`` (traced on fake tensors, no data).
+    """How many ATen calls (but ``detach``) ``model``'s own forward makes on ``device``.
+
+    Traced on fake tensors: no data is touched.
 
     The captured graph's forward also holds the loss's calls, made after the module
     returns, outside ``apply``'s reach: this is where they start.
