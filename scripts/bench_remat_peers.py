@@ -45,7 +45,7 @@ from mpplan.errors import InfeasibleError
 from mpplan.planner import PlannerSettings
 from mpplan.runtime import apply, capture_for
 from mpplan.runtime.apply_budget import plan_for_apply
-from mpplan.runtime.recompute import forward_calls
+from mpplan.runtime.recompute import module_calls
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
 
@@ -248,7 +248,7 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
             peers.append((short, run.peak))
     log(f"{case.name}: capture")
     program = capture_for(model, case.inputs, device, mode="train", optimizer="adam", loss_fn=None)
-    calls = forward_calls(model, case.inputs, device)
+    calls = module_calls(fresh(), _to(case.inputs, device))
     settings = PlannerSettings(placement="single", grads="dynamic", remat_time_limit_s=60.0)
     for peer, peak in peers:
         assert peak is not None
@@ -257,11 +257,11 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
         path = "foreach" if device.type == "cuda" else "single"
         floor = ""
         try:
-            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, int(peak), forward_calls=calls,
+            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, int(peak), calls=calls,
                                     optimizer_path=path)
         except InfeasibleError as e:  # under what any recompute reaches: run the least peak apply can have
             least = int(peak) + e.missing_bytes
-            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, least, forward_calls=calls,
+            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, least, calls=calls,
                                     optimizer_path=path)
             floor = f"budget {e.missing_bytes} bytes under the least peak any recompute reaches, planned at that; "
         planned = fitted.plan
@@ -352,7 +352,7 @@ def cuda_max_batch(case: Case, device: torch.device, limit: int = 256) -> list[t
         inputs = case.inputs_for(batch)
         program = capture_for(model, inputs, device, mode="train", optimizer="adam", loss_fn=None)
         programs[batch] = program
-        return program, forward_calls(model, inputs, device)
+        return program, module_calls(copy.deepcopy(model).to(device), _to(inputs, device))
 
     settings = PlannerSettings(placement="single", grads="dynamic")
     fit = max_batch(capture, [Device("dev", CAP)], settings, int(CAP * 0.97), optimizer_path="foreach", limit=limit)
