@@ -45,7 +45,7 @@ from mpplan.errors import InfeasibleError
 from mpplan.planner import PlannerSettings
 from mpplan.runtime import apply, capture_for
 from mpplan.runtime.apply_budget import plan_for_apply
-from mpplan.runtime.recompute import forward_calls
+from mpplan.runtime.recompute import module_calls
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
 
@@ -63,6 +63,7 @@ class Case:
     build: Callable[[], torch.nn.Module]
     inputs: Any
     checkpoint: Callable[[torch.nn.Module], torch.nn.Module]
+    inputs_for: Callable[[int], Any]
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,26 @@ def cases(quick: bool, device: torch.device, gpt2_shape: tuple[int, int]) -> lis
             lambda: zoo.build("gpt", n_layers=4),
             zoo.example_inputs("gpt", batch=8, seq_len=128, vocab_size=1024),
             _block_checkpoint,
+            lambda b: zoo.example_inputs("gpt", batch=b, seq_len=128, vocab_size=1024),
         )
     ]
     if not quick:
         batch, seq = gpt2_shape
         ids = torch.randint(0, 50257, (batch, seq))
+
+        def gpt2_inputs(b: int, seq: int = seq) -> dict[str, torch.Tensor]:
+            tokens = torch.randint(0, 50257, (b, seq))
+            return {"input_ids": tokens, "labels": tokens}
+
         found.append(
             Case(
                 "gpt2_small",
-                f"GPT-2 small (GPT2LMHeadModel, default GPT2Config, random init), batch {batch} x {seq}, labels = inputs",
+                f"GPT-2 small (GPT2LMHeadModel, default GPT2Config, random init), batch {batch} x {seq}, "
+                "labels = inputs",
                 lambda: zoo.build("gpt2", config_name="gpt2"),
                 {"input_ids": ids, "labels": ids},
                 _hf_checkpoint,
+                gpt2_inputs,
             )
         )
     return found
@@ -221,7 +230,9 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
     rows = [Row("eager", eager.peak, eager.step_s, eager.calls, "reference")]
     log(f"{case.name}: HF gradient checkpointing")
     gc = train(case.checkpoint(fresh()), case.inputs, device)
-    rows.append(Row("HF gradient checkpointing (use_reentrant=False)", gc.peak, gc.step_s, gc.calls, numerics(gc, eager)))
+    rows.append(
+        Row("HF gradient checkpointing (use_reentrant=False)", gc.peak, gc.step_s, gc.calls, numerics(gc, eager))
+    )
     peers = [("HF GC", gc.peak)]
     for budget in COMPILE_BUDGETS:
         name = "torch.compile" + ("" if budget is None else f", activation_memory_budget {budget}")
@@ -233,10 +244,11 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
         note = "" if device.type == "cuda" else "peak: inductor's buffers bypass the storage meter"
         rows.append(Row(name, run.peak, run.step_s, None, numerics(run, eager), note))
         if run.peak is not None:
-            peers.append((name.replace("torch.compile", "compile").replace("activation_memory_budget ", "amb "), run.peak))
+            short = name.replace("torch.compile", "compile").replace("activation_memory_budget ", "amb ")
+            peers.append((short, run.peak))
     log(f"{case.name}: capture")
     program = capture_for(model, case.inputs, device, mode="train", optimizer="adam", loss_fn=None)
-    calls = forward_calls(model, case.inputs, device)
+    calls = module_calls(fresh(), _to(case.inputs, device))
     settings = PlannerSettings(placement="single", grads="dynamic", remat_time_limit_s=60.0)
     for peer, peak in peers:
         assert peak is not None
@@ -245,12 +257,13 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
         path = "foreach" if device.type == "cuda" else "single"
         floor = ""
         try:
-            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, int(peak), forward_calls=calls,
+            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, int(peak), calls=calls,
                                     optimizer_path=path)
-        except InfeasibleError as e:  # the peak is the static + gradient floor: run the plan without recompute
-            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, None, optimizer_path=path)
-            floor = f"budget under the floor ({str(e).split('the smallest feasible budget is ')[-1].split(' (')[0]}), "
-            floor += "no recompute lowers the peak (static + gradients + Adam's update set it); "
+        except InfeasibleError as e:  # under what any recompute reaches: run the least peak apply can have
+            least = int(peak) + e.missing_bytes
+            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, least, calls=calls,
+                                    optimizer_path=path)
+            floor = f"budget {e.missing_bytes} bytes under the least peak any recompute reaches, planned at that; "
         planned = fitted.plan
         verify(program.graph, planned, check_capacity=False)
         wrapped = apply(fresh(), planned, case.inputs, optimizer="adam",
@@ -275,6 +288,82 @@ def _compiled(module: torch.nn.Module, inputs: Any, device: torch.device, budget
         return train(torch.compile(module), inputs, device, meter=False)
     finally:
         functorch_config.activation_memory_budget = saved
+
+
+CAP = 8 << 30  # the per-process cap of the largest-batch columns (CUDA only)
+
+
+def cuda_max_batch(case: Case, device: torch.device, limit: int = 256) -> list[tuple[str, int, float | None]]:
+    """(method, largest batch that trains under ``CAP``, its tokens/s) for eager, HF GC and mpplan ``apply``.
+
+    ``torch.cuda.set_per_process_memory_fraction`` makes the allocator refuse beyond
+    the cap; eager and HF GC are probed by doubling then bisecting on OOM, mpplan by
+    ``apply_budget.max_batch`` on the prediction (the cap less 3% for the allocator's
+    rounding and the cuBLAS workspace), then trained to confirm.
+    """
+    import gc
+
+    from mpplan.runtime.apply_budget import max_batch
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, CAP / total), device)
+    model = case.build()
+
+    def tokens(inputs: Any) -> int:
+        first = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs[0]
+        return int(first.numel())
+
+    def attempt(make: Callable[[Any], torch.nn.Module], batch: int) -> float | None:
+        inputs = case.inputs_for(batch)
+        module = None
+        try:
+            module = make(inputs)
+            run = train(module, inputs, device, meter=False)
+            return tokens(inputs) / run.step_s
+        except torch.OutOfMemoryError:
+            return None
+        finally:
+            del module
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    def probe(make: Callable[[Any], torch.nn.Module]) -> tuple[int, float | None]:
+        results: dict[int, float | None] = {}
+        good, bad = 0, None
+        batch = 1
+        while batch <= limit and (rate := attempt(make, batch)) is not None:
+            results[batch], good, batch = rate, batch, batch * 2
+        bad = batch if batch <= limit else None
+        while bad is not None and bad - good > 1:
+            mid = (good + bad) // 2
+            rate = attempt(make, mid)
+            if rate is None:
+                bad = mid
+            else:
+                results[mid], good = rate, mid
+        return good, results.get(good)
+
+    rows = []
+    rows.append(("eager", *probe(lambda _: copy.deepcopy(model).to(device))))
+    rows.append(("HF GC", *probe(lambda _: case.checkpoint(copy.deepcopy(model).to(device)))))
+    programs: dict[int, Any] = {}
+
+    def capture(batch: int) -> tuple[Any, int]:
+        inputs = case.inputs_for(batch)
+        program = capture_for(model, inputs, device, mode="train", optimizer="adam", loss_fn=None)
+        programs[batch] = program
+        return program, module_calls(copy.deepcopy(model).to(device), _to(inputs, device))
+
+    settings = PlannerSettings(placement="single", grads="dynamic")
+    fit = max_batch(capture, [Device("dev", CAP)], settings, int(CAP * 0.97), optimizer_path="foreach", limit=limit)
+    planned = fit.result.plan
+    rate = attempt(
+        lambda inputs: apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices={"dev": str(device)}),
+        fit.batch,
+    )
+    rows.append(("mpplan apply (max_batch)", fit.batch if rate is not None else 0, rate))
+    torch.cuda.set_per_process_memory_fraction(1.0, device)
+    return rows
 
 
 def render(case: Case, rows: list[Row]) -> str:
@@ -312,6 +401,14 @@ def build(quick: bool, with_compile: bool, device: torch.device, gpt2_shape: tup
             rows = bench_case(case, device, with_compile)
             log(f"{case.name}: {time.perf_counter() - started:.0f}s")
             parts += [render(case, rows), ""]
+            if device.type == "cuda":
+                fits = cuda_max_batch(case, device)
+                parts += [f"Largest batch under a {human(CAP)} cap, and its tokens/s:", "",
+                          table(["method", "batch", "tokens/s"],
+                                [[m, b, f"{r:.0f}" if r else "-"] for m, b, r in fits]), ""]
+            else:
+                parts += [f"Largest batch under a {human(CAP)} cap: CUDA only (the virtual device has no OOM); "
+                          "`--device cuda` measures it.", ""]
     return "\n".join(parts)
 
 
@@ -320,7 +417,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="zoo_gpt only")
     parser.add_argument("--compile", action="store_true", help="also run the torch.compile rows")
     parser.add_argument("--device", default="cpu", help="cpu (storage meter) or cuda (max_memory_allocated)")
-    parser.add_argument("--gpt2-shape", default="1x128", help="GPT-2 small's batch x seq (8x512 on a GPU)")
+    parser.add_argument("--gpt2-shape", default="2x256", help="GPT-2 small's batch x seq (8x512 on a GPU)")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing it")
     args = parser.parse_args()
     batch, seq = (int(v) for v in args.gpt2_shape.lower().split("x"))

@@ -24,7 +24,7 @@ from mpplan.runtime import apply, cuda_available
 from mpplan.errors import InfeasibleError
 from mpplan.runtime.apply_budget import max_batch, plan_for_apply
 from mpplan.runtime.apply_memory import predict_apply
-from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, forward_calls
+from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, module_calls
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
@@ -78,9 +78,10 @@ def _loop(module, inputs, steps=3, device="cpu"):
         if i == 1:  # Adam makes its state in the first step; from the second on, the step is steady
             meter.reset_peaks()
             calls.calls = 0
+        torch.manual_seed(100 + i)  # dropout draws the same masks in every run
         with MeteringMode(meter, torch.device(device)), calls:
             opt.zero_grad(set_to_none=True)
-            loss = default_loss(module(*inputs))
+            loss = default_loss(module(**inputs) if isinstance(inputs, dict) else module(*inputs))
             loss.backward()
             opt.step()
         losses.append(float(loss.detach()))
@@ -222,7 +223,7 @@ def test_plan_for_apply_fits_a_byte_budget_in_the_users_loop(gpt) -> None:
     budget = int(0.7 * eager_peak)
     device = [Device("cuda:0", 1 << 30)]
     fitted = plan_for_apply(program, device, PlannerSettings(placement="single", grads="dynamic"), budget,
-                            forward_calls=forward_calls(model, inputs, torch.device("cpu")))
+                            calls=module_calls(model, inputs))
     verify(program.graph, fitted.plan)
     assert fitted.prediction.peak_bytes <= budget and fitted.plan.remat
     wrapped = apply(copy.deepcopy(model), fitted.plan, inputs, optimizer="adam", devices="virtual")
@@ -243,7 +244,7 @@ def test_max_batch_finds_the_largest_batch_that_trains_under_the_cap() -> None:
         inputs = zoo.example_inputs("gpt", batch=batch, seq_len=32, vocab_size=64)
         program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
         captured[batch] = (inputs, program)
-        return program, forward_calls(model, inputs, torch.device("cpu"))
+        return program, module_calls(model, inputs)
 
     cap = 2 << 20
     settings = PlannerSettings(placement="single", grads="dynamic")
@@ -306,3 +307,47 @@ def test_max_batch_prefers_the_least_recompute_at_the_same_batch() -> None:
     budget = result("b", 16, 0.05, 120)
     smaller = result("c", 8, 0.0, 50)
     assert Objective("max_batch").best([sqrt, budget, smaller], measured=False).key == "b"
+
+
+def test_a_hugging_face_model_whose_real_forward_differs_from_its_trace_is_aligned() -> None:
+    """HF GPT-2 builds an attention mask under tracing that a real forward skips (``mask.all()``):
+    the recomputes are re-indexed onto the real calls, honoured, and the peak is still as predicted."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = zoo.build("gpt2", config_name="gpt2", n_layer=2, n_embd=64, n_head=2, vocab_size=1000,
+                      bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, 1000, (4, 64))
+    inputs = {"input_ids": ids, "labels": ids}
+    program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
+    calls = module_calls(model, inputs)
+    policy = RecomputePolicy.from_records(program, [])
+    assert calls != policy.forward_ops[: len(calls)]  # the trace and the real forward do differ
+    budget = int(0.8 * predict_apply(program).peak_bytes)
+    fitted = plan_for_apply(program, [Device("d", 1 << 40)], PlannerSettings(placement="single", grads="dynamic"),
+                            budget, calls=calls)
+    verify(program.graph, fitted.plan, check_capacity=False)
+    eager_peak, eager_losses, _ = _loop(copy.deepcopy(model), inputs)
+    wrapped = apply(copy.deepcopy(model), fitted.plan, inputs, optimizer="adam", devices="virtual")
+    peak, losses, _ = _loop(wrapped, inputs)
+    assert wrapped.hooks is not None and wrapped.hooks.mismatch is None and wrapped.hooks.recomputed > 0
+    assert losses == eager_losses
+    assert peak < eager_peak and _within(peak, wrapped.prediction().peak_bytes)
+
+
+def test_aligned_drops_recomputes_the_real_forward_has_no_call_for() -> None:
+    policy = RecomputePolicy(("a", "b", "mask", "c", "d"), {1: ("b", (0,)), 2: ("mask", (0,)), 4: ("d", (0,))})
+    real = policy.aligned(["a", "b", "x", "c", "d"])
+    assert dict(real.recompute) == {1: ("b", (0,)), 4: ("d", (0,))} and real.ops == ("b", "d")
+    shifted = policy.aligned(["z", "a", "b", "c", "d"])
+    assert dict(shifted.recompute) == {2: ("b", (0,)), 4: ("d", (0,))}
+
+
+def test_random_calls_are_never_replayed_but_attention_without_dropout_is() -> None:
+    from mpplan.runtime.recompute import _random
+
+    aten = torch.ops.aten
+    q = torch.zeros(1, 1, 2, 2)
+    assert _random(aten.native_dropout.default, (q, 0.5, True), {})
+    assert not _random(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q), {"dropout_p": 0.0})
+    assert _random(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q, 0.1), {})
+    assert not _random(aten.addmm.default, (q, q, q), {})

@@ -8,7 +8,8 @@ The verbs:
 * ``run_config(config, ...) -> RunResult``: build, capture, plan and evaluate a
   config's torch model (``mpplan run``);
 * ``apply(model, plan, example_inputs, ...) -> PlannedModule``: the plan's placement
-  inside an ordinary training loop.
+  and recompute inside an ordinary training loop (``apply_budget.plan_for_apply``
+  plans for a budget that holds there).
 
 Only this package touches ``torch.cuda``.  Without enough GPUs, planned devices are
 virtual: CPU memory, with every tensor accounted to the planned device it belongs to.

@@ -49,7 +49,7 @@ from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec, SourceR
 from mpplan.plan import Plan
 from mpplan.runtime.apply_memory import ApplyPrediction, predict_apply
 from mpplan.runtime.devices import DevicesArg, map_devices
-from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, forward_calls
+from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, module_calls
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for
 
@@ -86,9 +86,8 @@ def apply(
     per_module = module_devices(program, schedule)
     recompute = None
     if plan.remat and mode == "train":
-        limit = forward_calls(model, example_inputs, first)
-        recompute = RecomputePolicy.from_records(program, plan.remat, limit)
-    return PlannedModule(
+        recompute = RecomputePolicy.from_records(program, plan.remat)
+    wrapped = PlannedModule(
         model,
         {k: str(device_map.torch_device(d)) for k, d in homes.items()},
         {m: str(device_map.torch_device(d)) for m, d in per_module.items()},
@@ -96,6 +95,9 @@ def apply(
         recompute=recompute,
         program=program,
     )
+    if wrapped.hooks is not None:  # index the recomputes by the calls a real forward makes
+        wrapped.hooks.policy = wrapped.hooks.policy.aligned(module_calls(wrapped, example_inputs))
+    return wrapped
 
 
 def module_devices(program: Any, schedule: Any) -> dict[str, str]:

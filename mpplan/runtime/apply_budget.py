@@ -46,16 +46,18 @@ def plan_for_apply(
     settings: PlannerSettings,
     budget: int | None,
     *,
-    forward_calls: int | None = None,
+    calls: Sequence[str] | None = None,
     optimizer_path: str = "single",
 ) -> ApplyPlan:
     """Plan ``program`` so that ``apply``'s predicted peak is at most ``budget`` bytes (module docstring).
 
     ``settings`` are used as given, but for the remat policy and budget: with
-    ``budget=None`` the plan recomputes nothing.  ``forward_calls`` is where the
-    module's own forward ends in the graph's forward ops (``recompute.forward_calls``;
-    ``None``: all of them are the module's).  Raises ``InfeasibleError`` when no
-    budget the remat pass accepts brings ``apply``'s peak under ``budget``.
+    ``budget=None`` the plan recomputes nothing.  ``calls`` are the ATen calls the
+    module's real forward makes (``recompute.module_calls``): the recomputes are
+    aligned onto them as ``apply`` aligns them, so the prediction counts only those
+    ``apply`` can honour (``None``: the traced forward is taken as the real one).  Raises ``InfeasibleError`` when no
+    budget the remat pass accepts brings ``apply``'s peak under ``budget``; its
+    ``missing_bytes`` is how far the least peak found is above it.
     """
     if budget is None:
         planned = plan(program.graph, devices, replace(settings, remat="none", remat_budget=None))
@@ -66,20 +68,35 @@ def plan_for_apply(
     if unplanned.peak_bytes <= budget:
         planned = plan(program.graph, devices, replace(settings, remat="none", remat_budget=None))
         return ApplyPlan(planned, unplanned, None)
-    asked = budget
+    asked, at_floor = budget, False
+    best: ApplyPrediction | None = None
     for _ in range(ROUNDS):
-        planned = plan(program.graph, devices, replace(settings, remat="budget", remat_budget=asked))
-        policy = RecomputePolicy.from_records(program, planned.remat, forward_calls)
+        try:
+            planned = plan(program.graph, devices, replace(settings, remat="budget", remat_budget=asked))
+        except InfeasibleError as exc:
+            if at_floor or exc.missing_bytes <= 0:
+                raise
+            # Under the remat pass's floor on its own graph; apply's graph may still fit at that floor.
+            asked, at_floor = asked + exc.missing_bytes, True
+            planned = plan(program.graph, devices, replace(settings, remat="budget", remat_budget=asked))
+        policy = RecomputePolicy.from_records(program, planned.remat)
+        if calls is not None:
+            policy = policy.aligned(calls)
         predicted = predict_apply(program, policy.ops, optimizer_path=optimizer_path)
+        best = predicted if best is None or predicted.peak_bytes < best.peak_bytes else best
         miss = predicted.peak_bytes - budget
         if miss <= 0:
             return ApplyPlan(planned, predicted, asked)
+        if at_floor:
+            break
         asked -= max(miss, 1)
         if asked <= 0:
             break
+    assert best is not None
     raise InfeasibleError(
-        f"apply budget {budget} bytes: after {ROUNDS} plans apply's predicted peak is still "
-        f"{predicted.peak_bytes} bytes; raise the budget"
+        f"apply budget {budget} bytes: the least peak apply is predicted to reach is {best.peak_bytes} bytes; "
+        "raise the budget",
+        missing_bytes=best.peak_bytes - budget,
     )
 
 
@@ -93,7 +110,7 @@ class BatchFit:
 
 
 def max_batch(
-    capture: Callable[[int], tuple[CapturedProgram, int | None]],
+    capture: Callable[[int], tuple[CapturedProgram, Sequence[str] | None]],
     devices: Sequence[Device],
     settings: PlannerSettings,
     cap: int,
@@ -104,8 +121,8 @@ def max_batch(
 ) -> BatchFit:
     """The largest batch in ``[start, limit]`` whose ``apply`` is predicted to fit ``cap`` bytes.
 
-    ``capture(batch)`` returns the program captured at ``batch`` and its
-    ``forward_calls``.  Doubles from ``start`` until a batch does not fit, then
+    ``capture(batch)`` returns the program captured at ``batch`` and the module's
+    real calls (``recompute.module_calls``).  Doubles from ``start`` until a batch does not fit, then
     bisects; each batch is planned with ``plan_for_apply`` (the least recompute
     that fits).  Assumes that what fits at a batch fits at every smaller one.
     Raises ``InfeasibleError`` when even ``start`` does not fit.
@@ -117,7 +134,7 @@ def max_batch(
             program, calls = capture(batch)
             try:
                 tried[batch] = plan_for_apply(
-                    program, devices, settings, cap, forward_calls=calls, optimizer_path=optimizer_path
+                    program, devices, settings, cap, calls=calls, optimizer_path=optimizer_path
                 )
             except InfeasibleError:
                 tried[batch] = None

@@ -26,7 +26,9 @@ tensors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import contextvars
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,12 +41,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import CapturedProgram
 
-__all__ = ["IGNORED", "RecomputeHooks", "RecomputePolicy", "forward_calls"]
+__all__ = ["IGNORED", "RecomputeHooks", "RecomputePolicy", "module_calls"]
 
 #: Calls left out of the matching: ``make_fx`` records a ``detach`` where an op saves
 #: its output, and autograd ``detach``es every tensor it hands a pack hook; neither
 #: makes memory, and neither happens in the other run.
 IGNORED = "aten.detach.default"
+
+#: Set while ``apply`` moves tensors between devices (``RecomputeHooks.paused``): those calls are
+#: not the module's, so neither the hooks nor ``module_calls`` count them.
+_PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("mpplan_recompute_paused", default=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +66,12 @@ class RecomputePolicy:
     recompute: Mapping[int, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
 
     @classmethod
-    def from_records(cls, program: CapturedProgram, records: Any, limit: int | None = None) -> RecomputePolicy:
-        """The policy for ``Plan.remat`` records over ``program``; only calls before position ``limit``."""
+    def from_records(cls, program: CapturedProgram, records: Any) -> RecomputePolicy:
+        """The policy for ``Plan.remat`` records over ``program``, indexed by the traced forward's calls.
+
+        The traced forward also holds the loss's calls, made after the module returns;
+        ``aligned`` onto the module's real calls drops them (out of ``apply``'s reach).
+        """
         graph = program.graph
         forward = [
             op for op in graph.ops if program.op_phases.get(op.name) == "forward" and op.type != IGNORED
@@ -70,7 +80,7 @@ class RecomputePolicy:
         chosen: dict[int, list[int]] = {}
         for record in records:
             i = position.get(record["op"])
-            if i is None or (limit is not None and i >= limit):
+            if i is None:
                 continue
             outputs = forward[i].outputs
             if record["tensor"] in outputs:
@@ -84,6 +94,22 @@ class RecomputePolicy:
     def ops(self) -> tuple[str, ...]:
         """The IR names of the recomputed forward ops."""
         return tuple(name for name, _ in self.recompute.values())
+
+    def aligned(self, calls: Sequence[str]) -> RecomputePolicy:
+        """This policy re-indexed onto ``calls``, the ATen calls the module really makes.
+
+        A traced forward can differ from the real one where the module reads data:
+        Hugging Face builds an attention mask under tracing that a real forward skips
+        after ``mask.all()``.  The two sequences are aligned (``difflib``'s longest
+        matching blocks); a recompute the real forward has no matching call for is
+        dropped, so ``ops`` (and the prediction) lists only what can be honoured.
+        """
+        matcher = difflib.SequenceMatcher(a=self.forward_ops, b=list(calls), autojunk=False)
+        where: dict[int, int] = {}
+        for a, b, size in matcher.get_matching_blocks():
+            where.update((a + k, b + k) for k in range(size))
+        recompute = {where[i]: chosen for i, chosen in self.recompute.items() if i in where}
+        return RecomputePolicy(tuple(calls), MappingProxyType(dict(sorted(recompute.items()))))
 
 
 @dataclass(slots=True)
@@ -142,57 +168,12 @@ def _resolve(value: Any) -> Any:
     return value
 
 
-def forward_calls(model: torch.nn.Module, example_inputs: Any, device: torch.device) -> int:
-    """How many ATen calls (but ``detach``) ``model``'s own forward makes on ``device`` (traced on fake tensors, no data).
-
-    The captured graph's forward also holds the loss's calls, made after the module
-    returns, outside ``apply``'s reach: this is where they start.
-    """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from mpplan.runtime.eager import call_module
-
-    counter = _Counter()
-    with FakeTensorMode(allow_non_fake_inputs=True) as fake:
-        named = (*model.named_parameters(), *model.named_buffers())
-        state: dict[str, torch.Tensor] = {n: fake.from_tensor(t).to(device) for n, t in named}
-        inputs = pytree.tree_map(
-            lambda v: fake.from_tensor(v.to(device)) if isinstance(v, torch.Tensor) else v, example_inputs
-        )
-        with counter, torch.enable_grad():
-            module = _Functional(model, state)
-            call_module(module, inputs)
-    return counter.calls
-
-
-class _Functional(torch.nn.Module):
-    """``model`` called with ``state`` in place of its parameters and buffers."""
-
-    def __init__(self, model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-        super().__init__()
-        self.model = model
-        self.state = state
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return torch.func.functional_call(self.model, self.state, args, kwargs)
-
-
-class _Counter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.calls += str(func) != IGNORED
-        return func(*args, **(kwargs or {}))
-
-
 class RecomputeHooks:
     """The hooks that honour a ``RecomputePolicy`` during one module's forwards (module docstring).
 
     ``calls`` counts the ATen calls of the last forward; ``recomputed`` how many
     recipes were replayed since construction; ``mismatch`` the first position where
-    the module's calls stopped matching the graph (``None`` while they match).
+    the last forward's calls stopped matching the policy's (``None`` while they match).
     """
 
     def __init__(self, policy: RecomputePolicy) -> None:
@@ -207,6 +188,7 @@ class RecomputeHooks:
     def forward(self) -> Iterator[None]:
         """Honour the policy for the forward run inside this context."""
         self.calls = 0
+        self.mismatch = None
         self._made = {}
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack), _CallMode(self):
@@ -218,10 +200,12 @@ class RecomputeHooks:
     def paused(self) -> Iterator[None]:
         """Calls made inside are not the module's own (``apply``'s device moves): not counted."""
         saved, self._paused = self._paused, True
+        token = _PAUSED.set(True)
         try:
             yield
         finally:
             self._paused = saved
+            _PAUSED.reset(token)
 
     def _record(self, index: int, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         """Note the call at ``index``: check it against the graph, keep a recipe when it is recomputed."""
@@ -229,12 +213,12 @@ class RecomputeHooks:
             return
         expected = self.policy.forward_ops[index] if index < len(self.policy.forward_ops) else None
         if str(func) != expected:
-            self.mismatch = f"call {index}: the module ran {func}, the graph has {expected}"
+            self.mismatch = f"call {index}: the module ran {func}, the policy expects {expected}"
             return
         self._forget_written(func, args, kwargs)
         chosen = self.policy.recompute.get(index)
-        if chosen is None or not torch.is_grad_enabled():
-            return
+        if chosen is None or not torch.is_grad_enabled() or _random(func, args, kwargs):
+            return  # a random call replayed would draw new numbers: never recomputed, whatever the plan says
         results = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         recipe = _Recipe(func, None, ())
         refs: list[tuple[torch.Tensor, int]] = []
@@ -289,6 +273,49 @@ class RecomputeHooks:
         if packed.recipe.value is None:
             self.recomputed += 1
         return _resolve(packed)
+
+
+def _random(func: Any, args: Any, kwargs: Any) -> bool:
+    """Whether this call draws random numbers: a seeded kernel, but attention with ``dropout_p`` 0."""
+    if torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
+        return False
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return True
+    names = [a.name for a in schema.arguments]
+    if "dropout_p" in names:
+        i = names.index("dropout_p")
+        p = args[i] if i < len(args) else kwargs.get("dropout_p", schema.arguments[i].default_value)
+        return bool(p)
+    return True
+
+
+def module_calls(module: torch.nn.Module, example_inputs: Any) -> tuple[str, ...]:
+    """The ATen calls (but ``detach``) one real forward of ``module`` makes, for ``RecomputePolicy.aligned``.
+
+    Run under ``no_grad`` with the RNG state forked, so nothing is saved and the
+    caller's random stream is untouched.  ``module`` may be a ``PlannedModule``: its
+    device moves are not counted.
+    """
+    from mpplan.runtime.eager import call_module
+
+    recorder = _Recorder()
+    devices = sorted({p.device.index or 0 for p in module.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices), torch.no_grad(), recorder:
+        call_module(module, example_inputs)
+    return tuple(recorder.calls)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if str(func) != IGNORED and not _PAUSED.get():
+            self.calls.append(str(func))
+        return out
 
 
 class _CallMode(TorchDispatchMode):
