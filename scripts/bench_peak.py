@@ -132,16 +132,16 @@ def torch_result(case: TorchCase) -> TorchResult:
     for grads in GRADS:
         settings = dataclasses.replace(base, grads=grads)
         single = plan(graph, one_device, dataclasses.replace(settings, placement="single"))
-        first = measure(case, single, eager=not eager)
-        if first.eager is not None:
-            eager = first.eager.devices[0].measured_peak_bytes
+        first = measure(case, single, eager=True)  # eager again: the numerics check of this mode's plan
+        assert first.eager is not None
+        eager = eager or first.eager.devices[0].measured_peak_bytes
         unpadded = plan(graph, one_device, dataclasses.replace(settings, placement="single", alignment=1))
         pipeline = plan(graph, two_devices, dataclasses.replace(settings, placement="pipeline"))
         second = measure(case, pipeline, eager=False)
         two = tuple(d.measured_peak_bytes for d in second.devices)
         together, peak_ops = together_peak(graph, pipeline)
         modes.append(Mode(grads, first.devices[0].measured_peak_bytes, unpadded.max_peak_bytes, two, together,
-                          pipeline.cross_device_bytes, peak_ops, first.numerics is None or first.numerics.ok))
+                          pipeline.cross_device_bytes, peak_ops, first.numerics is not None and first.numerics.ok))
         log(f"  {grads}: one device {human(modes[-1].one)}, two {[human(b) for b in two]} (eager {human(eager)})")
     assigners = [case.label, len(graph.ops), human(found["auto"].devices[0].static_bytes), human(grad_bytes(graph)),
                  *planned_cells(found)]
