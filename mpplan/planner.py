@@ -261,7 +261,10 @@ def memory_model(graph: Graph, grads: str) -> Graph:
 
 
 def rematerialised(graph: Graph, plan_: Plan) -> Graph:
-    """The graph a plan's schedule runs: ``graph`` under the plan's memory model, with its recomputes applied."""
+    """The graph a plan's schedule runs: ``graph`` under the plan's memory model, with its recomputes applied.
+
+    A plan that records no ``grads`` setting predates it, when gradients were always static.
+    """
     graph = memory_model(graph, str(plan_.settings.get("grads", "static")))
     if not plan_.remat:
         return graph

@@ -125,3 +125,42 @@ def test_input_read_by_several_ops_is_static_and_never_shared():
     p = plan(graph, [device()], PlannerSettings(alignment=1))
     verify(graph, p)
     assert "x" not in p.buffers and p.devices[0].static_bytes == 64
+
+
+def _param_step() -> Graph:
+    """A parameter, its gradient (made by backward) and an in-place update: the grads setting matters."""
+    tensors = (
+        Tensor("x", 64, Kind.INPUT), Tensor("w", 256, Kind.PARAM), Tensor("y", 512),
+        Tensor("gw", 256, Kind.GRAD, grad_of="w"),
+    )
+    ops = (Op("fwd", "mm", ("x", "w"), ("y",)), Op("bwd", "mm", ("y", "x"), ("gw",), backward_of="fwd"),
+           Op("sgd", "add_", ("w", "gw"), ("w",)))
+    return Graph("step", tensors, ops, ("w",)).validate()
+
+
+def test_gradients_are_dynamic_by_default_and_static_on_request() -> None:
+    """The default holds ``gw`` as eager holds ``.grad`` (from backward on, in the arena); ``static``
+    keeps it resident all step; both verify."""
+    from mpplan.config import PlannerSection
+
+    graph = _param_step()
+    assert PlannerSettings().grads == PlannerSection().grads == "dynamic"
+    dynamic = plan(graph, [Device("gpu0", 1 << 20)], PlannerSettings(alignment=1))
+    static = plan(graph, [Device("gpu0", 1 << 20)], PlannerSettings(alignment=1, grads="static"))
+    verify(graph, dynamic)
+    verify(graph, static)
+    assert "gw" in dynamic.buffers and "gw" not in static.buffers
+    assert static.devices[0].static_bytes == dynamic.devices[0].static_bytes + 256
+
+
+def test_a_plan_that_records_no_grads_setting_is_read_as_static() -> None:
+    """Plans written before ``planner.grads`` existed had static gradients; they still verify as such."""
+    import dataclasses
+
+    from mpplan.planner import rematerialised
+
+    graph = _param_step()
+    static = plan(graph, [Device("gpu0", 1 << 20)], PlannerSettings(grads="static"))
+    legacy = dataclasses.replace(static, settings={k: v for k, v in static.settings.items() if k != "grads"})
+    assert rematerialised(graph, legacy) is graph
+    verify(graph, legacy)
