@@ -11,12 +11,14 @@ and skip without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan import zoo
 from mpplan.capture.torch_capture import CapturedProgram, capture_program
@@ -27,8 +29,10 @@ from mpplan.plan import Buffer, Plan
 from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import cuda_available, evaluate, evaluate_program, map_devices, run_config
 from mpplan.runtime.arena import exact_rewrite, out_variant
+from mpplan.runtime.eager import Snapshot
 from mpplan.runtime.executor import Executor
 from mpplan.runtime.measure import error_pct
+from mpplan.runtime.numerics import compare, first_bad_op
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for, meta_twin
 from mpplan.runtime.tracking import StorageMeter
@@ -677,3 +681,102 @@ def test_run_config_isolated_gives_what_the_in_process_run_gives(tmp_path) -> No
     isolated = run_config(config, steps=1, warmup=0, eager=False)
     assert isolated.plan.schedule == inside.plan.schedule and isolated.plan.buffers == inside.plan.buffers
     assert isolated.measurement.devices[0].measured_peak_bytes == inside.measurement.devices[0].measured_peak_bytes
+
+
+class _Jitter(TorchDispatchMode):
+    """Fault injection: perturbs the results of ``ops`` by ``scale`` (relative), drawing from its own generator.
+
+    Small, different each call: a non-deterministic GPU kernel; large: a wrong kernel.  It acts
+    only while ``active`` is true (to hit one run of several in lock step)."""
+
+    def __init__(self, ops: tuple[Any, ...], scale: float) -> None:
+        super().__init__()
+        self.ops, self.scale = ops, scale
+        self.generator = torch.Generator().manual_seed(1234)
+        self.active = True
+        self.hits = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        hit = self.active and func.overloadpacket in self.ops
+        if hit and isinstance(out, torch.Tensor) and out.is_floating_point():
+            out.mul_(1 + self.scale * torch.randn(out.shape, generator=self.generator, dtype=out.dtype))
+            self.hits += 1
+        return out
+
+
+def _lockstep(case: Case, planned: Plan, mode: TorchDispatchMode | None = None) -> tuple[str | None, str]:
+    schedule = compile_schedule(case.program, planned)
+    device_map = map_devices([d.name for d in planned.devices], "virtual")
+    runs = [Executor(schedule, case.model, case.inputs, device_map, arena=arena) for arena in (True, False, False)]
+    with mode if mode is not None else contextlib.nullcontext():
+        return first_bad_op(runs[0], (runs[1], runs[2]), seed=0)
+
+
+def test_noisy_kernels_do_not_hide_the_victim_of_overlapping_buffers(cases) -> None:
+    """Regression (issue 14: on the H100 numerics blamed the attention, not the victim ``addmm_2``).
+    Every matrix product is made non-deterministic (relative noise 1e-6, as GPU reductions are):
+    the lock-step check still names the op reading the overwritten tensor, and the victim; a
+    correct plan under the same noise is found clean."""
+    case = cases[("gpt", "train")]
+    planned = _plan(case, 1)
+    bad, victim, _culprit = _clobbered(case, planned)
+    products = (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm)
+    jitter = _Jitter(products, 1e-6)
+    op, why = _lockstep(case, bad, jitter)
+    assert jitter.hits > 0
+    assert op in planned.schedule and victim in why and "overwritten" in why, why
+    clean, why = _lockstep(case, planned, _Jitter(products, 1e-6))
+    assert clean is None, why
+
+
+def test_a_kernel_computing_wrongly_is_blamed_when_its_error_spreads(cases) -> None:
+    """A result that differs while the op's inputs agree makes the op a suspect; when a reader of it
+    computes differently too, the suspect is named (not the reader)."""
+    case = cases[("mlp", "train")]
+    planned = _plan(case, 1)
+    schedule = compile_schedule(case.program, planned)
+    device_map = map_devices(["cuda:0"], "virtual")
+    runs = [Executor(schedule, case.model, case.inputs, device_map, arena=arena) for arena in (True, False, False)]
+    wrong = _Jitter((torch.ops.aten.addmm,), 0.5)
+    first = next(s for s in schedule.steps if s.func is torch.ops.aten.addmm.default)
+    with wrong:
+        op, why = _first_bad_with_fault(runs, first.index, wrong)
+    assert wrong.hits == 1
+    assert op == first.op and "then computed" in why, why
+
+
+def _first_bad_with_fault(runs: list[Executor], index: int, fault: _Jitter) -> tuple[str | None, str]:
+    """``first_bad_op`` with ``fault`` active only while the planned run executes step ``index``."""
+    planned = runs[0]
+    original = planned.iter_step
+
+    def faulty(*, observe: bool) -> Any:
+        gen = original(observe=observe)
+        trace = None
+        while True:
+            fault.active = trace is not None and trace.step.index == index - 1
+            try:
+                trace = gen.send(None)
+            except StopIteration as stop:
+                fault.active = False
+                return stop.value
+            fault.active = False
+            yield trace
+
+    planned.iter_step = faulty  # type: ignore[method-assign]
+    return first_bad_op(planned, (runs[1], runs[2]), seed=0)
+
+
+def test_eager_noise_grounds_the_tolerance() -> None:
+    """Planned vs eager beyond the dtype tolerance, but within what eager differs from itself: ok."""
+    base = torch.full((4,), 1e-3)
+    eager = Snapshot((base,), {}, {})
+    again = Snapshot((base + 2e-5,), {}, {})
+    planned = Snapshot((base + 3e-5,), {}, {})
+    assert not compare(planned, eager).ok
+    grounded = compare(planned, eager, again)
+    assert grounded.ok and grounded.noise == pytest.approx(2e-5, rel=1e-3)
+    wrong = compare(Snapshot((base + 1e-3,), {}, {}), eager, again)
+    assert not wrong.ok and "noise" in wrong.detail
+    assert compare(eager, eager, eager).noise == 0.0
