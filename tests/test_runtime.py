@@ -361,6 +361,13 @@ def test_exact_rewrites_write_the_same_bits_into_planned_memory() -> None:
     emb = torch.empty(2, 3, 3)
     assert torch.equal(exact_rewrite(aten.embedding.default)((weight, indices), {}, emb),
                        aten.embedding.default(weight, indices))
+    grad, many = torch.randn(4, 50, 3), torch.randint(0, 6, (4, 50))  # repeated indices: order of additions matters
+    for padding_idx in (-1, 2):
+        expected = aten.embedding_dense_backward.default(grad, many, 10, padding_idx, False)
+        got = exact_rewrite(aten.embedding_dense_backward.default)((grad, many, 10, padding_idx, False), {},
+                                                                    torch.full((10, 3), float("nan")))
+        assert torch.equal(got, expected)
+    assert exact_rewrite(aten.embedding_dense_backward.default, "cuda") is None  # atomics there: not the same bits
     # Outside what it reproduces, a rewrite declines and the executor computes and copies in.
     assert exact_rewrite(aten.embedding.default)((weight, indices, -1, True), {}, emb) is None
     assert exact_rewrite(aten.native_layer_norm.default) is None

@@ -205,7 +205,7 @@ class Executor:
             # memory as computing and copying in ourselves, but hidden from the meter.  Do it ourselves.
             complete = len(targets) == len(step.targets)
             use_out = step.out is not None and not step.out.generated and complete
-            rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func)
+            rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func, device_type)
             scratch = 0 if use_out or rewrite is not None else self._result_bytes(step, targets)
             per_step[step.index] = _Redirect(targets, tuple(views), use_out, rewrite, scratch)
         return per_step
