@@ -415,8 +415,9 @@ def test_meta_twin_traces_the_same_graph(cases) -> None:
 #
 # What a GPU measures: per planned device with a GPU to itself, max_memory_allocated over the timed
 # steps less what the GPU held before the run (cuBLAS workspaces are created first, on purpose).
-# Tracked live bytes stay exact (up to scalars a kernel leaves in host memory); the allocator adds
-# 512-byte rounding, results computed outside the arena (transient) and kernels' own scratch.
+# Counted live bytes (transients included) stay exact against the prediction (plan peak + scratch), up
+# to scalars a kernel leaves in host memory; the allocator adds 512-byte rounding and kernels' own
+# scratch memory, which no dispatch-level meter sees.
 
 #: The zoo GPT of configs/zoo_gpt.yaml (about 52 MiB planned): big enough that allocator rounding and
 #: kernel scratch are small next to the plan, which the 5 % target needs.
@@ -455,8 +456,8 @@ def test_cuda_single_gpu(arena: bool) -> None:
     assert d.measured_peak_bytes == d.allocator_peak_bytes - d.allocator_base_bytes
     assert d.reserved_peak_bytes >= d.allocator_peak_bytes
     # Live storages: exact up to scalars a GPU kernel keeps in host memory (attention's RNG seed and offset).
-    assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
-    assert d.measured_peak_bytes >= d.tracked_peak_bytes, _allocator_report(m)  # rounding, transients, scratch
+    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+    assert d.measured_peak_bytes >= d.counted_peak_bytes, _allocator_report(m)  # rounding, kernels' scratch
     assert m.numerics is not None and m.numerics.ok, m.numerics
     assert m.eager is not None and m.eager.devices[0].source == "allocator"
     assert m.step_time_s > 0 and m.eager.step_time_s > 0
@@ -480,7 +481,7 @@ def test_cuda_two_planned_devices_on_one_gpu() -> None:
     assert m.device_map == {"cuda:0": "cuda:0", "cuda:1": "cuda:0"}
     for d in m.devices:
         # The allocator cannot tell the two apart: each is measured by its tracked live bytes, and says so.
-        assert d.source == "tracked (shared GPU)" and d.measured_peak_bytes == d.tracked_peak_bytes
+        assert d.source == "tracked (shared GPU)" and d.measured_peak_bytes == d.counted_peak_bytes
         assert d.shared_with == tuple(n for n in ("cuda:0", "cuda:1") if n != d.name)
         assert abs(d.measured_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
         assert d.allocator_peak_bytes is not None
@@ -499,8 +500,9 @@ def test_cuda_multi_gpu(arena: bool) -> None:
     m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, arena=arena, devices="cuda")
     assert [d.torch_device for d in m.devices] == ["cuda:0", "cuda:1"]
     for d in m.devices:
-        assert d.source == "allocator" and abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
-        assert d.measured_peak_bytes >= d.tracked_peak_bytes, _allocator_report(m)
+        assert d.source == "allocator", _allocator_report(m)
+        assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+        assert d.measured_peak_bytes >= d.counted_peak_bytes, _allocator_report(m)
     assert m.copied_bytes == planned.cross_device_bytes
     assert m.numerics is not None and m.numerics.ok, m.numerics
 
@@ -510,10 +512,11 @@ def test_cuda_multi_gpu(arena: bool) -> None:
 @needs_cuda
 @pytest.mark.parametrize("ndev", [1, 2], ids=["one-gpu", "two-gpus"])
 @pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
-def test_cuda_measured_within_five_percent_of_predicted(arena: bool, ndev: int) -> None:
-    """The issue's GPU target, per device: measured max_memory_allocated (less the base) within 5 %
-    of the prediction with the arena.  Without it the allocator hands out whole cached blocks (up
-    to 1 MiB over the request), so the target is held by the requested bytes there."""
+def test_cuda_measured_within_two_percent_of_predicted(arena: bool, ndev: int) -> None:
+    """Issue 14's GPU target, per device: measured max_memory_allocated (less the base) within 2 %
+    of the prediction (plan peak + scratch) with the arena.  Without it the allocator hands out
+    whole cached blocks (up to 1 MiB over the request), so the target is held by the requested bytes
+    there."""
     if torch.cuda.device_count() < ndev:
         pytest.skip(f"needs {ndev} CUDA devices")
     case, planned = _cuda_case(ndev, GPT_BIG)
@@ -522,11 +525,11 @@ def test_cuda_measured_within_five_percent_of_predicted(arena: bool, ndev: int) 
     report = _allocator_report(m)
     for d in m.devices:
         assert d.source == "allocator", report
-        assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 1024, report
+        assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 1024, report
         if arena:
-            assert abs(d.error_pct) <= 5.0, report
+            assert abs(d.error_pct) <= 2.0, report
         elif d.requested_peak_bytes is not None:
-            assert abs(error_pct(d.predicted_peak_bytes, d.requested_peak_bytes)) <= 5.0, report
+            assert abs(error_pct(d.predicted_peak_bytes, d.requested_peak_bytes)) <= 2.0, report
     assert m.numerics is not None and m.numerics.ok, m.numerics
 
 
@@ -581,6 +584,28 @@ def test_cuda_run_config_reports_the_gpu_traced_graph(tmp_path) -> None:
     assert data["device_map"] == {"cuda:0": "cuda:0"}
     assert data["devices"][0]["source"] == "allocator"
     assert (tmp_path / "out" / "timeline.json").is_file()
+
+
+@cuda
+@pytest.mark.slow
+@needs_cuda
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+@pytest.mark.parametrize("config", ["zoo_mlp", "zoo_resnet", "zoo_gpt"])
+def test_cuda_every_zoo_config_runs_and_matches_eager(config: str, arena: bool) -> None:
+    """Issue 14: ``mpplan run configs/zoo_resnet.yaml`` ended in a SIGSEGV in arena mode and failed
+    its numerics (Adam, 4.3e-5) without.  Isolated, a crash is a MeasurementCrash with its stack."""
+    from pathlib import Path
+
+    from mpplan.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    result = run_config(load_config(root / "configs" / f"{config}.yaml"), arena=arena, steps=2, warmup=1,
+                        devices=["cuda:0"])
+    m = result.measurement
+    report = _allocator_report(m)
+    assert m.numerics is not None and m.numerics.ok, (m.numerics, report)
+    (d,) = m.devices
+    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 1024, report
 
 
 @pytest.mark.parametrize("ndev", [1, 2])
