@@ -2,8 +2,8 @@
 
 Every ``MpplanError`` becomes one line on stderr (``mpplan: error: ...``) and its
 exit code: 2 for bad input, 1 for a failed verification, 3 for a plan that does
-not fit.  An ``OSError`` (an output folder that cannot be made, a full disk) is one
-line and exit 2 as well.  Anything else is a bug and keeps its traceback.
+not fit, 4 for a measurement that crashed.  An ``OSError`` (an output folder that cannot be
+made, a full disk) is one line and exit 2 as well.  Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

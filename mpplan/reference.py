@@ -36,7 +36,8 @@ def cli_reference() -> str:
     parser = _parser()
     parts = ["# CLI reference\n", "Generated from `mpplan/cli.py` by `python scripts/gen_docs.py`.\n",
              "Exit codes: 0 ok, 1 verification failed, 2 bad input (one line naming file and field), "
-             "3 the plan does not fit (the best infeasible plan is still written), 130 interrupted.\n"]
+             "3 the plan does not fit (the best infeasible plan is still written), 4 a measurement crashed "
+             "(`mpplan run`: a fatal signal in the child process that runs it), 130 interrupted.\n"]
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in verbs.choices.items():
         sub.prog = f"mpplan {name}"

@@ -11,12 +11,14 @@ and skip without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan import zoo
 from mpplan.capture.torch_capture import CapturedProgram, capture_program
@@ -27,8 +29,10 @@ from mpplan.plan import Buffer, Plan
 from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import cuda_available, evaluate, evaluate_program, map_devices, run_config
 from mpplan.runtime.arena import exact_rewrite, out_variant
+from mpplan.runtime.eager import Snapshot
 from mpplan.runtime.executor import Executor
 from mpplan.runtime.measure import error_pct
+from mpplan.runtime.numerics import compare, first_bad_op
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for, meta_twin
 from mpplan.runtime.tracking import StorageMeter
@@ -357,6 +361,13 @@ def test_exact_rewrites_write_the_same_bits_into_planned_memory() -> None:
     emb = torch.empty(2, 3, 3)
     assert torch.equal(exact_rewrite(aten.embedding.default)((weight, indices), {}, emb),
                        aten.embedding.default(weight, indices))
+    grad, many = torch.randn(4, 50, 3), torch.randint(0, 6, (4, 50))  # repeated indices: order of additions matters
+    for padding_idx in (-1, 2):
+        expected = aten.embedding_dense_backward.default(grad, many, 10, padding_idx, False)
+        got = exact_rewrite(aten.embedding_dense_backward.default)((grad, many, 10, padding_idx, False), {},
+                                                                    torch.full((10, 3), float("nan")))
+        assert torch.equal(got, expected)
+    assert exact_rewrite(aten.embedding_dense_backward.default, "cuda") is None  # atomics there: not the same bits
     # Outside what it reproduces, a rewrite declines and the executor computes and copies in.
     assert exact_rewrite(aten.embedding.default)((weight, indices, -1, True), {}, emb) is None
     assert exact_rewrite(aten.native_layer_norm.default) is None
@@ -404,8 +415,9 @@ def test_meta_twin_traces_the_same_graph(cases) -> None:
 #
 # What a GPU measures: per planned device with a GPU to itself, max_memory_allocated over the timed
 # steps less what the GPU held before the run (cuBLAS workspaces are created first, on purpose).
-# Tracked live bytes stay exact (up to scalars a kernel leaves in host memory); the allocator adds
-# 512-byte rounding, results computed outside the arena (transient) and kernels' own scratch.
+# Counted live bytes (transients included) stay exact against the prediction (plan peak + scratch), up
+# to scalars a kernel leaves in host memory; the allocator adds 512-byte rounding and kernels' own
+# scratch memory, which no dispatch-level meter sees.
 
 #: The zoo GPT of configs/zoo_gpt.yaml (about 52 MiB planned): big enough that allocator rounding and
 #: kernel scratch are small next to the plan, which the 5 % target needs.
@@ -444,8 +456,8 @@ def test_cuda_single_gpu(arena: bool) -> None:
     assert d.measured_peak_bytes == d.allocator_peak_bytes - d.allocator_base_bytes
     assert d.reserved_peak_bytes >= d.allocator_peak_bytes
     # Live storages: exact up to scalars a GPU kernel keeps in host memory (attention's RNG seed and offset).
-    assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
-    assert d.measured_peak_bytes >= d.tracked_peak_bytes, _allocator_report(m)  # rounding, transients, scratch
+    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+    assert d.measured_peak_bytes >= d.counted_peak_bytes, _allocator_report(m)  # rounding, kernels' scratch
     assert m.numerics is not None and m.numerics.ok, m.numerics
     assert m.eager is not None and m.eager.devices[0].source == "allocator"
     assert m.step_time_s > 0 and m.eager.step_time_s > 0
@@ -469,7 +481,7 @@ def test_cuda_two_planned_devices_on_one_gpu() -> None:
     assert m.device_map == {"cuda:0": "cuda:0", "cuda:1": "cuda:0"}
     for d in m.devices:
         # The allocator cannot tell the two apart: each is measured by its tracked live bytes, and says so.
-        assert d.source == "tracked (shared GPU)" and d.measured_peak_bytes == d.tracked_peak_bytes
+        assert d.source == "tracked (shared GPU)" and d.measured_peak_bytes == d.counted_peak_bytes
         assert d.shared_with == tuple(n for n in ("cuda:0", "cuda:1") if n != d.name)
         assert abs(d.measured_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
         assert d.allocator_peak_bytes is not None
@@ -488,8 +500,9 @@ def test_cuda_multi_gpu(arena: bool) -> None:
     m = evaluate_program(case.program, planned, case.model, case.inputs, steps=2, warmup=1, arena=arena, devices="cuda")
     assert [d.torch_device for d in m.devices] == ["cuda:0", "cuda:1"]
     for d in m.devices:
-        assert d.source == "allocator" and abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
-        assert d.measured_peak_bytes >= d.tracked_peak_bytes, _allocator_report(m)
+        assert d.source == "allocator", _allocator_report(m)
+        assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+        assert d.measured_peak_bytes >= d.counted_peak_bytes, _allocator_report(m)
     assert m.copied_bytes == planned.cross_device_bytes
     assert m.numerics is not None and m.numerics.ok, m.numerics
 
@@ -499,10 +512,11 @@ def test_cuda_multi_gpu(arena: bool) -> None:
 @needs_cuda
 @pytest.mark.parametrize("ndev", [1, 2], ids=["one-gpu", "two-gpus"])
 @pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
-def test_cuda_measured_within_five_percent_of_predicted(arena: bool, ndev: int) -> None:
-    """The issue's GPU target, per device: measured max_memory_allocated (less the base) within 5 %
-    of the prediction with the arena.  Without it the allocator hands out whole cached blocks (up
-    to 1 MiB over the request), so the target is held by the requested bytes there."""
+def test_cuda_measured_within_two_percent_of_predicted(arena: bool, ndev: int) -> None:
+    """Issue 14's GPU target, per device: measured max_memory_allocated (less the base) within 2 %
+    of the prediction (plan peak + scratch) with the arena.  Without it the allocator hands out
+    whole cached blocks (up to 1 MiB over the request), so the target is held by the requested bytes
+    there."""
     if torch.cuda.device_count() < ndev:
         pytest.skip(f"needs {ndev} CUDA devices")
     case, planned = _cuda_case(ndev, GPT_BIG)
@@ -511,11 +525,11 @@ def test_cuda_measured_within_five_percent_of_predicted(arena: bool, ndev: int) 
     report = _allocator_report(m)
     for d in m.devices:
         assert d.source == "allocator", report
-        assert abs(d.tracked_peak_bytes - d.predicted_peak_bytes) <= 1024, report
+        assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 1024, report
         if arena:
-            assert abs(d.error_pct) <= 5.0, report
+            assert abs(d.error_pct) <= 2.0, report
         elif d.requested_peak_bytes is not None:
-            assert abs(error_pct(d.predicted_peak_bytes, d.requested_peak_bytes)) <= 5.0, report
+            assert abs(error_pct(d.predicted_peak_bytes, d.requested_peak_bytes)) <= 2.0, report
     assert m.numerics is not None and m.numerics.ok, m.numerics
 
 
@@ -570,6 +584,28 @@ def test_cuda_run_config_reports_the_gpu_traced_graph(tmp_path) -> None:
     assert data["device_map"] == {"cuda:0": "cuda:0"}
     assert data["devices"][0]["source"] == "allocator"
     assert (tmp_path / "out" / "timeline.json").is_file()
+
+
+@cuda
+@pytest.mark.slow
+@needs_cuda
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "no-arena"])
+@pytest.mark.parametrize("config", ["zoo_mlp", "zoo_resnet", "zoo_gpt"])
+def test_cuda_every_zoo_config_runs_and_matches_eager(config: str, arena: bool) -> None:
+    """Issue 14: ``mpplan run configs/zoo_resnet.yaml`` ended in a SIGSEGV in arena mode and failed
+    its numerics (Adam, 4.3e-5) without.  Isolated, a crash is a MeasurementCrash with its stack."""
+    from pathlib import Path
+
+    from mpplan.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    result = run_config(load_config(root / "configs" / f"{config}.yaml"), arena=arena, steps=2, warmup=1,
+                        devices=["cuda:0"])
+    m = result.measurement
+    report = _allocator_report(m)
+    assert m.numerics is not None and m.numerics.ok, (m.numerics, report)
+    (d,) = m.devices
+    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 1024, report
 
 
 @pytest.mark.parametrize("ndev", [1, 2])
@@ -679,3 +715,102 @@ def test_run_config_isolated_gives_what_the_in_process_run_gives(tmp_path) -> No
     isolated = run_config(config, steps=1, warmup=0, eager=False)
     assert isolated.plan.schedule == inside.plan.schedule and isolated.plan.buffers == inside.plan.buffers
     assert isolated.measurement.devices[0].measured_peak_bytes == inside.measurement.devices[0].measured_peak_bytes
+
+
+class _Jitter(TorchDispatchMode):
+    """Fault injection: perturbs the results of ``ops`` by ``scale`` (relative), drawing from its own generator.
+
+    Small, different each call: a non-deterministic GPU kernel; large: a wrong kernel.  It acts
+    only while ``active`` is true (to hit one run of several in lock step)."""
+
+    def __init__(self, ops: tuple[Any, ...], scale: float) -> None:
+        super().__init__()
+        self.ops, self.scale = ops, scale
+        self.generator = torch.Generator().manual_seed(1234)
+        self.active = True
+        self.hits = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        hit = self.active and func.overloadpacket in self.ops
+        if hit and isinstance(out, torch.Tensor) and out.is_floating_point():
+            out.mul_(1 + self.scale * torch.randn(out.shape, generator=self.generator, dtype=out.dtype))
+            self.hits += 1
+        return out
+
+
+def _lockstep(case: Case, planned: Plan, mode: TorchDispatchMode | None = None) -> tuple[str | None, str]:
+    schedule = compile_schedule(case.program, planned)
+    device_map = map_devices([d.name for d in planned.devices], "virtual")
+    runs = [Executor(schedule, case.model, case.inputs, device_map, arena=arena) for arena in (True, False, False)]
+    with mode if mode is not None else contextlib.nullcontext():
+        return first_bad_op(runs[0], (runs[1], runs[2]), seed=0)
+
+
+def test_noisy_kernels_do_not_hide_the_victim_of_overlapping_buffers(cases) -> None:
+    """Regression (issue 14: on the H100 numerics blamed the attention, not the victim ``addmm_2``).
+    Every matrix product is made non-deterministic (relative noise 1e-6, as GPU reductions are):
+    the lock-step check still names the op reading the overwritten tensor, and the victim; a
+    correct plan under the same noise is found clean."""
+    case = cases[("gpt", "train")]
+    planned = _plan(case, 1)
+    bad, victim, _culprit = _clobbered(case, planned)
+    products = (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm)
+    jitter = _Jitter(products, 1e-6)
+    op, why = _lockstep(case, bad, jitter)
+    assert jitter.hits > 0
+    assert op in planned.schedule and victim in why and "overwritten" in why, why
+    clean, why = _lockstep(case, planned, _Jitter(products, 1e-6))
+    assert clean is None, why
+
+
+def test_a_kernel_computing_wrongly_is_blamed_when_its_error_spreads(cases) -> None:
+    """A result that differs while the op's inputs agree makes the op a suspect; when a reader of it
+    computes differently too, the suspect is named (not the reader)."""
+    case = cases[("mlp", "train")]
+    planned = _plan(case, 1)
+    schedule = compile_schedule(case.program, planned)
+    device_map = map_devices(["cuda:0"], "virtual")
+    runs = [Executor(schedule, case.model, case.inputs, device_map, arena=arena) for arena in (True, False, False)]
+    wrong = _Jitter((torch.ops.aten.addmm,), 0.5)
+    first = next(s for s in schedule.steps if s.func is torch.ops.aten.addmm.default)
+    with wrong:
+        op, why = _first_bad_with_fault(runs, first.index, wrong)
+    assert wrong.hits == 1
+    assert op == first.op and "then computed" in why, why
+
+
+def _first_bad_with_fault(runs: list[Executor], index: int, fault: _Jitter) -> tuple[str | None, str]:
+    """``first_bad_op`` with ``fault`` active only while the planned run executes step ``index``."""
+    planned = runs[0]
+    original = planned.iter_step
+
+    def faulty(*, observe: bool) -> Any:
+        gen = original(observe=observe)
+        trace = None
+        while True:
+            fault.active = trace is not None and trace.step.index == index - 1
+            try:
+                trace = gen.send(None)
+            except StopIteration as stop:
+                fault.active = False
+                return stop.value
+            fault.active = False
+            yield trace
+
+    planned.iter_step = faulty  # type: ignore[method-assign]
+    return first_bad_op(planned, (runs[1], runs[2]), seed=0)
+
+
+def test_eager_noise_grounds_the_tolerance() -> None:
+    """Planned vs eager beyond the dtype tolerance, but within what eager differs from itself: ok."""
+    base = torch.full((4,), 1e-3)
+    eager = Snapshot((base,), {}, {})
+    again = Snapshot((base + 2e-5,), {}, {})
+    planned = Snapshot((base + 3e-5,), {}, {})
+    assert not compare(planned, eager).ok
+    grounded = compare(planned, eager, again)
+    assert grounded.ok and grounded.noise == pytest.approx(2e-5, rel=1e-3)
+    wrong = compare(Snapshot((base + 1e-3,), {}, {}), eager, again)
+    assert not wrong.ok and "noise" in wrong.detail
+    assert compare(eager, eager, eager).noise == 0.0

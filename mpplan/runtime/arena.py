@@ -6,7 +6,8 @@ and strides (those the traced fake value had, so later view ops see the layout t
 graph was captured with).  An op writes its fresh outputs straight into those views
 through its ``out=`` overload when ATen has a real one (``out_variant``), or through
 an exact rewrite onto ops that have one (``exact_rewrite``: ``relu`` is
-``clamp_min(x, 0)``, ``embedding`` an ``index_select``, ``ones_like`` a ``fill_``);
+``clamp_min(x, 0)``, ``embedding`` an ``index_select``, ``ones_like`` a ``fill_``,
+and on CPU ``embedding_dense_backward`` an ``index_add_``);
 otherwise the executor computes the result and copies it in, and counts the copy's
 source as transient memory (which the run's prediction includes, see
 ``Executor.scratch_bytes``).  An overload codegen generated (``OutVariant.generated``) is not a
@@ -194,13 +195,16 @@ def _signature(argument: Any) -> tuple[str, str, bool]:
 Rewrite = Callable[[Sequence[Any], dict[str, Any], torch.Tensor], "torch.Tensor | None"]
 
 
-def exact_rewrite(func: Any) -> Rewrite | None:
+def exact_rewrite(func: Any, device_type: str = "cpu") -> Rewrite | None:
     """A way to compute ``func``'s one result straight into a planned tensor, bit for bit as ``func`` does.
 
     For ops whose ``out=`` overload is generated (a hidden temporary) but whose ATen
-    implementation is itself another op that has a real one: the rewrite calls what
-    ATen would call, so results are identical (the runtime tests compare them).
+    implementation on ``device_type`` is itself another op that has a real one, or
+    adds the same numbers in the same order: results are identical (the runtime
+    tests compare them bit for bit).
     """
+    if func in _CPU_ONLY and device_type != "cpu":
+        return None
     return _REWRITES.get(func)
 
 
@@ -229,8 +233,28 @@ def _embedding(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -
     return out
 
 
+def _embedding_backward(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
+    # The CPU kernel zeroes the weight's gradient and adds grad row i into row indices[i], for i in order,
+    # skipping padding_idx: index_add_ does the same additions in the same order (a GPU's kernel does not).
+    grad, indices, num_weights, padding_idx = args[:4]
+    scale_by_freq = bool(args[4]) if len(args) > 4 else bool(kwargs.get("scale_grad_by_freq", False))
+    if scale_by_freq or not grad.is_contiguous() or not indices.is_contiguous() or not out.is_contiguous():
+        return None
+    if tuple(out.shape) != (num_weights, grad.size(-1)):
+        return None
+    out.zero_()
+    out.index_add_(0, indices.reshape(-1), grad.view(-1, grad.size(-1)))
+    if 0 <= padding_idx < num_weights:
+        out[padding_idx].zero_()
+    return out
+
+
 _REWRITES: dict[Any, Rewrite] = {
     torch.ops.aten.relu.default: _relu,
     torch.ops.aten.ones_like.default: _ones_like,
     torch.ops.aten.embedding.default: _embedding,
+    torch.ops.aten.embedding_dense_backward.default: _embedding_backward,
 }
+
+#: Rewrites exact only against the CPU kernel.
+_CPU_ONLY = frozenset({torch.ops.aten.embedding_dense_backward.default})

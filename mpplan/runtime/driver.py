@@ -62,7 +62,9 @@ def run_config(
     (with the child's Python stack) instead of ending the caller's process.
     """
     if isolate:
-        return run_isolated(_run_config, config, arena, steps, warmup, devices, eager, seed, what=f"running {config.source}")
+        return run_isolated(
+            _run_config, config, arena, steps, warmup, devices, eager, seed, what=f"running {config.source}"
+        )
     return _run_config(config, arena, steps, warmup, devices, eager, seed)
 
 

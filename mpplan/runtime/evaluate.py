@@ -121,7 +121,16 @@ def evaluate_program(
                 ),
                 baseline.snapshot,
             )
-        numerics = compare(_complete(planned.snapshot, model), baseline.snapshot)
+        mine = _complete(planned.snapshot, model)
+        numerics = compare(mine, baseline.snapshot)
+        if not numerics.ok:
+            # Ground the tolerance in eager's own run-to-run noise: a second eager step from the same seed.
+            again = run_eager(
+                model, example_inputs, mode=program.mode, optimizer=program.optimizer, loss_fn=loss_fn,
+                device=eager_device, steps=1, warmup=0, seed=seed,
+            )
+            _release(device_map)
+            numerics = compare(mine, baseline.snapshot, again.snapshot)
         if not numerics.ok:
             numerics = _diagnose(numerics, schedule, model, example_inputs, device_map, arena, seed)
     return Measurement(
@@ -261,15 +270,16 @@ def _diagnose(
     seed: int,
 ) -> Numerics:
     planned = Executor(schedule, model, example_inputs, device_map, arena=arena)
-    reference = Executor(schedule, model, example_inputs, device_map, arena=False)
-    op, why = first_bad_op(planned, reference, seed)
-    del planned, reference
+    references = tuple(Executor(schedule, model, example_inputs, device_map, arena=False) for _ in range(2))
+    op, why = first_bad_op(planned, (references[0], references[1]), seed)
+    del planned, references
     _release(device_map)
     logger.info("numerics: %s", why)
     detail = why if op is not None else f"{numerics.detail}; {why}"
     return Numerics(
         ok=numerics.ok, max_abs_diff=numerics.max_abs_diff, first_bad_op=op, bitwise=numerics.bitwise,
         compared=numerics.compared, rtol=numerics.rtol, atol=numerics.atol, worst=numerics.worst, detail=detail,
+        noise=numerics.noise,
     )
 
 

@@ -15,8 +15,9 @@ across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
   the slice's elements, packed (``Tensor.copy_``, non-blocking between GPUs);
 * after step ``k`` every storage whose last touching step is ``k`` is released: the
   fx values of all its aliases leave the env, so the memory really goes;
-* in arena mode a dispatch mode redirects the op's ATen call to its ``out=`` overload
-  (or an exact rewrite onto one) writing into the planned arena views, or else
+* in arena mode a dispatch mode (``redirect.ExecMode``) redirects the op's ATen call
+  to its ``out=`` overload (or an exact rewrite onto one) writing into the planned
+  arena views, or else
   computes the result and copies it in, counting the result as transient; factory
   ops get the op's device.
 
@@ -38,13 +39,13 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import SourceRole
 from mpplan.errors import PlanError
-from mpplan.runtime.arena import Layout, Rewrite, arena_view, exact_rewrite, layout_of, packed_stride, region_bytes
+from mpplan.runtime.arena import Layout, arena_view, exact_rewrite, layout_of, packed_stride, region_bytes
 from mpplan.runtime.devices import DeviceMap
-from mpplan.runtime.schedule import Schedule, Step, Target, flatten, unflatten
+from mpplan.runtime.redirect import ExecMode, Job, Redirect
+from mpplan.runtime.schedule import Schedule, Step, Target, flatten
 from mpplan.runtime.tracking import StorageMeter
 
 __all__ = ["CUDA_ALIGNMENT", "Executor", "StepValues", "Trace"]
@@ -100,7 +101,7 @@ class Executor:
         self.device_map = device_map
         self.arena = arena
         self.meter = meter or StorageMeter()
-        self._mode = _ExecMode(self.meter)
+        self._mode = ExecMode(self.meter)
         self._sources = self._bind_sources(model, example_inputs)
         self._arenas = self._make_arenas() if arena else {}
         self._static = self._make_static_buffers() if arena else {}
@@ -174,10 +175,10 @@ class Executor:
             carry[nodes[0]] = value
         return carry
 
-    def _target_buffers(self) -> dict[int, _Redirect]:
+    def _target_buffers(self) -> dict[int, Redirect]:
         """For every step with fresh outputs, the planned tensors they are written into."""
         plan = self.schedule.plan
-        per_step: dict[int, _Redirect] = {}
+        per_step: dict[int, Redirect] = {}
         for step in self.schedule.steps:
             device_type = self.device_map.torch_device(step.device).type
             targets = tuple(t for t in step.targets if t.device_type == device_type)
@@ -205,9 +206,9 @@ class Executor:
             # memory as computing and copying in ourselves, but hidden from the meter.  Do it ourselves.
             complete = len(targets) == len(step.targets)
             use_out = step.out is not None and not step.out.generated and complete
-            rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func)
+            rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func, device_type)
             scratch = 0 if use_out or rewrite is not None else self._result_bytes(step, targets)
-            per_step[step.index] = _Redirect(targets, tuple(views), use_out, rewrite, scratch)
+            per_step[step.index] = Redirect(targets, tuple(views), use_out, rewrite, scratch)
         return per_step
 
     def _result_bytes(self, step: Step, targets: tuple[Target, ...]) -> int:
@@ -282,7 +283,7 @@ class Executor:
 
     def _run_op(self, step: Step, view: _DeviceEnv) -> int:
         redirect = self._buffers.get(step.index) if self.arena else None
-        job = None if redirect is None else _Job(step, redirect)
+        job = None if redirect is None else Job(step, redirect)
         self._mode.job = job
         try:
             assert step.node is not None
@@ -346,83 +347,6 @@ class Executor:
             raise PlanError(f"copy {name!r}: offset {buffer.offset} is not a multiple of the element size {itemsize}")
         return arena_view(self._arenas[step.device], buffer.offset, Layout((nbytes,), (1,), 0, torch.uint8),
                           where=f"copy {name!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Redirect:
-    """Fresh results of one step that go to planned memory and their planned tensors.
-
-    How they get there: the ``out=`` overload (``use_out``), an exact ``rewrite``, or
-    else computed outside the arena and copied in, holding ``scratch`` bytes meanwhile.
-    """
-
-    targets: tuple[Target, ...]
-    buffers: tuple[torch.Tensor, ...]
-    use_out: bool
-    rewrite: Rewrite | None = None
-    scratch: int = 0
-
-
-@dataclass
-class _Job:
-    """The ATen call an op is about to make, and where its fresh results go."""
-
-    step: Step
-    redirect: _Redirect
-    consumed: bool = False
-    transient_bytes: int = 0
-
-
-class _ExecMode(TorchDispatchMode):
-    """Meters every ATen call; gives factory calls the op's device; redirects the op's call into planned memory.
-
-    ``retarget``: factory calls (a traced ``device=`` argument names the device the
-    graph was captured on) go to ``physical``, the op's torch device.  Off during a
-    copy, whose executor code names its devices itself: a view of the source's bytes
-    must stay on the source's device (``set_`` refuses a storage on another one).
-    """
-
-    def __init__(self, meter: StorageMeter) -> None:
-        super().__init__()
-        self.meter = meter
-        self.physical: torch.device = torch.device("cpu")
-        self.retarget = True
-        self.job: _Job | None = None
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = dict(kwargs or {})
-        device = kwargs.get("device")
-        if self.retarget and device is not None and torch.device(device) != self.physical:
-            kwargs["device"] = self.physical
-        job = self.job
-        if job is None or job.consumed or func is not job.step.func:
-            out = func(*args, **kwargs)
-            if self.meter.register_results(out, self.physical):
-                self.meter.sample()  # live bytes only grow when something new appears
-            return out
-        job.consumed = True
-        redirect = job.redirect
-        if redirect.use_out and job.step.out is not None:
-            out = job.step.out.call(args, kwargs, redirect.buffers)
-            self.meter.sample()
-            return out
-        if redirect.rewrite is not None:
-            out = redirect.rewrite(args, kwargs, redirect.buffers[0])
-            if out is not None:
-                self.meter.sample()
-                return out
-        out = func(*args, **kwargs)
-        leaves = flatten(out)
-        # Only results on the buffer's device move in; a host-resident result stays where the kernel put it.
-        moves = [(t, b) for t, b in zip(redirect.targets, redirect.buffers) if leaves[t.leaf].device == b.device]
-        self.meter.register_results([leaves[t.leaf] for t, _ in moves], self.physical, transient=True)
-        self.meter.register_results(out, self.physical)
-        self.meter.sample()
-        for target, buffer in moves:
-            buffer.copy_(leaves[target.leaf])
-            job.transient_bytes += leaves[target.leaf].untyped_storage().nbytes()
-            leaves[target.leaf] = buffer
-        return unflatten(out, leaves)
 
 
 class _DeviceEnv(MutableMapping):

@@ -47,8 +47,11 @@ def run_isolated(fn: Callable[..., T], /, *args: Any, what: str = "the measureme
     """``fn(*args, **kwargs)`` in a spawned child process; its result, its exception, or ``MeasurementCrash``.
 
     ``fn``, its arguments and its result must be picklable (``fn`` a module-level
-    function).  ``what`` names the work in the crash message.
+    function).  ``what`` names the work in the crash message.  A daemonic process
+    may not start children: there ``fn`` runs in-process.
     """
+    if multiprocessing.current_process().daemon:
+        return fn(*args, **kwargs)
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="mpplan-") as tmp:
         stack_file = Path(tmp) / "stack.txt"
@@ -60,6 +63,8 @@ def run_isolated(fn: Callable[..., T], /, *args: Any, what: str = "the measureme
             outcome = receiver.recv()
         except EOFError:
             outcome = None
+        except Exception as exc:  # sent, but not rebuilt here (an exception class that does not unpickle)
+            outcome = ("error", f"{type(exc).__name__}: {exc}")
         finally:
             receiver.close()
         child.join()

@@ -139,8 +139,11 @@ class Numerics:
     ``ok``: every compared tensor (outputs or loss, gradients, parameters and buffers
     after the update) is within ``rtol``/``atol`` of eager's; ``bitwise``: all are
     identical.  ``first_bad_op`` names the first op whose inputs or outputs differ
-    from an op-by-op reference run of the same schedule without arena (found only
-    when ``ok`` is false); ``detail`` says what differed.
+    from two op-by-op reference runs of the same schedule without arena beyond
+    those runs' own noise (found only when ``ok`` is false); ``detail`` says what
+    differed.  ``noise`` is the largest difference between two eager runs from the
+    same seed, which the tolerance allows for (``None`` when eager ran once: the
+    first comparison passed).
     """
 
     ok: bool
@@ -152,6 +155,7 @@ class Numerics:
     atol: float
     worst: str | None = None
     detail: str | None = None
+    noise: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

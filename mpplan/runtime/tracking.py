@@ -27,6 +27,7 @@ scratch memory (a cuBLAS workspace) shows only in the CUDA allocator's numbers.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ class StorageMeter:
     """
 
     def __init__(self, device: str = "") -> None:
+        if not _storages_are_preserved():
+            raise RuntimeError(
+                f"torch {torch.__version__} does not keep one Python object per live storage, which the storage "
+                "meter follows: use a torch release that does (2.1 or later)"
+            )
         self.device = device
         self.enabled = True
         self._entries: dict[int, _Entry] = {}
@@ -164,6 +170,16 @@ class MeteringMode(TorchDispatchMode):
         if self.meter.register_results(out, self.device):
             self.meter.sample()  # live bytes only grow when something new appears
         return out
+
+
+@functools.cache
+def _storages_are_preserved() -> bool:
+    """Whether a storage's Python object lives as long as the storage (what the weakref callbacks rely on)."""
+    tensor = torch.empty(1)
+    ref = weakref.ref(tensor.untyped_storage())
+    alive = ref() is not None
+    del tensor
+    return alive and ref() is None
 
 
 def tensor_leaves(values: Any) -> Iterable[torch.Tensor]:
