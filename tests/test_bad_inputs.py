@@ -151,3 +151,25 @@ def test_every_verb_that_imports_user_code_says_so_in_its_help(verb, capsys):
         main([verb, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "Runs user code" in text and "module:function" in text
+
+
+def test_a_failing_factory_is_one_line_and_verbose_shows_its_traceback(tmp_path, monkeypatch, capsys):
+    from bad_inputs import TORCH_CONFIG
+
+    from mpplan.cli import main
+
+    (tmp_path / "f.yaml").write_text(TORCH_CONFIG.format(factory="userfac_verbose:make"))
+    (tmp_path / "userfac_verbose.py").write_text("def make():\n    raise RuntimeError('weights missing')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    logger = logging.getLogger("mpplan")
+    monkeypatch.setattr(logger, "handlers", [])  # the CLI adds its handler on this test's stderr; restored after
+    monkeypatch.setattr(logger, "level", logger.level)
+    assert main(["plan", "f.yaml"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "userfac_verbose:make raised RuntimeError: weights missing (mpplan -v shows the traceback)" in line
+    logger.handlers.clear()
+    assert main(["-v", "plan", "f.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "userfac_verbose.py" in err
+    assert err.strip().splitlines()[-1].startswith("mpplan: error: f.yaml: model.torch.factory: ")
