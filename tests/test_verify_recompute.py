@@ -19,7 +19,7 @@ from mpplan.capture import synthetic
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph
 from mpplan.plan import Plan
-from mpplan.passes.remat_model import apply_recompute, recomputable
+from mpplan.passes.remat import apply_recompute, recomputable
 from mpplan.planner import PlannerSettings, plan
 from mpplan.verify import verify
 from mpplan.verify.recompute import with_recomputes
