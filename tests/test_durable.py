@@ -47,10 +47,11 @@ def test_every_file_mpplan_plan_writes_is_whole_with_the_umask_and_no_temp_is_le
     monkeypatch.chdir(tmp_path)
     with umask(0o022):
         assert main(["-q", "plan", "c.yaml"]) == 0
-    written = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert {"plan.json", "timeline.json", "baselines.json", "report.md", "devices.png"} <= set(written)
+    out = tmp_path / "out" / "plan"  # plan's own subfolder of output.dir
+    written = sorted(p.name for p in out.iterdir())
+    assert {"plan.json", "timeline.json", "baselines.json", "report.md"} <= set(written)
     for name in written:
-        assert mode(tmp_path / "out" / name) == 0o644, name  # JSON files were 0600 before
+        assert mode(out / name) == 0o644, name  # JSON files were 0600 before
     assert not [n for n in written if is_temp(n) or n.startswith(".")]
 
 

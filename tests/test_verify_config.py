@@ -84,7 +84,8 @@ def _parallel_safe_claimed(data):
 
 
 def _grads(data):
-    data["planner"]["settings"]["grads"] = "dynamic"
+    settings = data["planner"]["settings"]
+    settings["grads"] = "static" if settings["grads"] == "dynamic" else "dynamic"
 
 
 @pytest.mark.parametrize(

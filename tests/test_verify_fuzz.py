@@ -177,7 +177,9 @@ def write_before_reader(data, graph, p):
                     break  # an earlier write: readers before it read an older version anyway
                 if any(root[x] == root[t] for x in r.inputs):
                     found.append((w.name, r.name))
-    found = [(w, r) for w, r in found if w in p.schedule and r in p.schedule]
+    # a reader on another device reads a copy made before it: moving the write just before that reader
+    # (after the copy) is no violation, so only same-device readers make a tampered plan
+    found = [(w, r) for w, r in found if w in p.schedule and r in p.schedule and p.placement[w] == p.placement[r]]
     if not found:
         return None
     w, r = data.draw(st.sampled_from(found))
