@@ -40,13 +40,32 @@ _RANDOM = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "
 
 def with_recomputes(graph: Graph, plan: Plan) -> Graph:
     """``graph`` rewritten with the recomputes of ``plan.remat``; ``VerificationError`` when the
-    records do not describe a value-preserving rewrite of this graph."""
-    if not plan.remat:
-        return graph
+    records do not describe a value-preserving rewrite of this graph.
+
+    Records of ops of ``graph`` make the first round; a record of a recompute op that a round
+    made (``F@recompute``, several recomputes of one tensor) belongs to a later round, applied
+    by the same contract to the graph the rounds before it rewrote.
+    """
+    remaining = list(plan.remat)
+    while remaining:
+        present = {o.name for o in graph.ops}
+        now = [r for r in remaining if r.get("op") in present]
+        if not now:
+            r = remaining[0]
+            raise VerificationError(
+                f"remat: op {r.get('op')!r} is not recomputable: no op of the graph makes {r.get('tensor')!r}"
+            )
+        graph = _round(graph, now)
+        remaining = [r for r in remaining if r.get("op") not in present]
+    return graph
+
+
+def _round(graph: Graph, records: list[Mapping[str, object]]) -> Graph:
+    """One round: ``graph`` rewritten with the recomputes of ``records``, each of an op of ``graph``."""
     ops = {o.name: o for o in graph.ops}
     tensors = {t.name: t for t in graph.tensors}
     chosen: dict[str, None] = {}
-    for r in plan.remat:
+    for r in records:
         name, tensor = str(r.get("op")), r.get("tensor")
         op = ops.get(name)
         if op is None or tensor not in op.outputs:
@@ -57,16 +76,17 @@ def with_recomputes(graph: Graph, plan: Plan) -> Graph:
     rewritten = _Rewrite(graph, tensors, chosen).run()
     new_ops = {o.name: o for o in rewritten.ops}
     new_tensors = {t.name: t for t in rewritten.tensors}
-    for r in plan.remat:
+    for r in records:
         if r.get("recompute_op") not in new_ops or new_ops[str(r["recompute_op"])].recompute_of != r.get("op"):
             _fail(f"remat: recompute op {r.get('recompute_op')!r} of {r.get('tensor')!r} is not in the rewritten graph")
         tensor = new_tensors.get(str(r.get("recompute_tensor")))
         if tensor is None or tensor.nbytes != r.get("bytes") or tensor.nbytes != tensors[str(r["tensor"])].nbytes:
             _fail(f"remat: recompute tensor {r.get('recompute_tensor')!r} is missing or has other bytes than listed")
-    listed = {str(r["recompute_op"]) for r in plan.remat}
+    listed = {str(r["recompute_op"]) for r in records}
     for op in rewritten.ops:
         outputs_are_views = all(new_tensors[t].alias_of is not None for t in op.outputs)
-        if op.recompute_of is not None and op.name not in listed and not outputs_are_views:
+        made_now = op.name not in ops  # recomputes of earlier rounds were checked in theirs
+        if made_now and op.recompute_of is not None and op.name not in listed and not outputs_are_views:
             _fail(f"remat: recompute op {op.name!r} is needed by the records but not listed")
     _check_versions(graph, rewritten)
     return rewritten
