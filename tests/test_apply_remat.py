@@ -132,7 +132,7 @@ def test_apply_recomputes_what_the_plan_says_and_holds_the_predicted_peak(gpt, b
 def test_a_multi_device_plan_with_recompute_applies(gpt) -> None:
     """Placement and recompute together: two virtual devices, both honoured, memory as predicted (summed)."""
     model, inputs, program = gpt
-    planned = _plan(program, 0.7, ndev=2)
+    planned = _plan(program, 0.5, ndev=2)  # the budget bounds each device: at 0.6 two devices need no recompute
     assert planned.remat and len(set(planned.placement.values())) == 2
     eager_peak, eager_losses, _ = _loop(copy.deepcopy(model), inputs)
     wrapped = apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices="virtual")
