@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpplan.durable import write_text
+from mpplan.durable import write_json
 from mpplan.errors import PlanError
 from mpplan.reading import DocumentError, load_json, read_text
 
@@ -208,46 +208,8 @@ def check_plan_graph(plan: Plan, graph: Any, source: str) -> None:
 
 
 def write_json_atomic(data: Any, path: str | Path) -> Path:
-    """Write ``data`` as JSON (``json_lines``) to ``path`` atomically and durably (``mpplan.durable``)."""
-    return write_text(path, json_lines(data))
-
-
-def json_lines(data: Any) -> str:
-    """``data`` as JSON a person can read and diff: a mapping's entries and a list's items one
-    per line, two levels deep, each written by the C encoder in one call.
-
-    ``json.dump(..., indent=...)`` falls back to the pure-Python encoder, which took seconds
-    for the 200k entries of a 100k-op plan; this layout costs one C call per line.
-
-    >>> print(json_lines({"schema": "x", "schedule": ["a", "b"], "buffers": {"t": {"offset": 0}}, "remat": []}))
-    {
-     "schema": "x",
-     "schedule": [
-      "a",
-      "b"
-     ],
-     "buffers": {
-      "t": {"offset": 0}
-     },
-     "remat": []
-    }
-    <BLANKLINE>
-    """
-    dumps = json.dumps
-
-    def block(value: Any, indent: str) -> str:
-        if isinstance(value, dict) and value:
-            items = ",\n".join(f"{indent} {dumps(str(k))}: {dumps(v)}" for k, v in value.items())
-            return f"{{\n{items}\n{indent}}}"
-        if isinstance(value, list) and value:
-            items = ",\n".join(f"{indent} {dumps(v)}" for v in value)
-            return f"[\n{items}\n{indent}]"
-        return dumps(value)
-
-    if not isinstance(data, dict) or not data:
-        return block(data, "") + "\n"
-    entries = ",\n".join(f" {dumps(str(k))}: {block(v, ' ')}" for k, v in data.items())
-    return f"{{\n{entries}\n}}\n"
+    """Write ``data`` as indented JSON to ``path`` atomically and durably (``mpplan.durable``)."""
+    return write_json(data, path)
 
 
 @dataclass(frozen=True, slots=True)
