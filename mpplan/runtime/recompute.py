@@ -1,9 +1,12 @@
 """Per-op recompute in eager autograd: the plan's recomputes, honoured inside a user's loop.
 
 The plan says which forward ATen calls to recompute (``Plan.remat``: the op, and which
-of its outputs).  The captured graph lists the module's forward ATen calls in the
-order eager PyTorch makes them, so the *i*-th call the module makes is the *i*-th
-forward op of the graph.  While the wrapped forward runs, ``RecomputeHooks``:
+of its outputs).  The captured graph lists the forward's ATen calls in the order
+eager PyTorch makes them, up to where a module reads its data (a traced forward
+takes branches a real one skips): ``RecomputePolicy.aligned`` maps the graph's
+forward ops onto the calls one real forward makes (``module_calls``), so the
+*i*-th call is known to be the graph's op ``F`` or none.  While the wrapped forward
+runs, ``RecomputeHooks``:
 
 * counts ATen calls in a ``TorchDispatchMode``; for a call the plan recomputes it
   keeps a *recipe* (the ATen overload and its arguments, where an argument that is
@@ -18,10 +21,10 @@ forward op of the graph.  While the wrapped forward runs, ``RecomputeHooks``:
 Unlike ``torch.utils.checkpoint`` there are no regions: each recompute happens when
 its reader needs it, which is the timing the planner modelled (``apply_memory``).
 Correctness never depends on the matching: a recipe replays the very call that was
-made, so a graph that does not match the module only costs the memory the plan
-promised (``mismatch`` says where the counting stopped).  An argument modified in
-place between the forward and the recompute raises, as autograd does for saved
-tensors.
+made, so a forward that does not match only costs the memory the plan promised
+(``mismatch`` says where the counting stopped); a call that draws random numbers is
+never replayed.  An argument modified in place between the forward and the
+recompute raises, as autograd does for saved tensors.
 """
 
 from __future__ import annotations
