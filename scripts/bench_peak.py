@@ -112,7 +112,9 @@ def verdict(planned: int, eager: int) -> str:
     change = 100 * (planned - eager) / eager
     if abs(change) < 0.05:
         return f"{planned / eager:.3f} (same)"
-    return f"{planned / eager:.3f} ({-change:.1f}% less)" if change < 0 else f"**{planned / eager:.3f} ({change:.1f}% more)**"
+    if change < 0:
+        return f"{planned / eager:.3f} ({-change:.1f}% less)"
+    return f"**{planned / eager:.3f} ({change:.1f}% more)**"
 
 
 def measure(case: TorchCase, found: Plan, *, eager: bool):
