@@ -338,7 +338,9 @@ def test_the_readme_main_job_searches_the_quickstart(tmp_path, capsys):
     best = load_plan(out / "best" / "plan.json")
     config = load_config(REPO / "configs" / "quickstart.yaml")
     measured = [r for r in results if r["status"] == "ok"]
-    peaks = [max(d["measured_peak_bytes"] for d in r["measurement"]["devices"]) for r in measured]
+    # A virtual device also counts the scratch of results computed outside the arena (issue 14), on top of the plan.
+    peaks = [max(d["measured_peak_bytes"] - d.get("scratch_bytes", 0) for d in r["measurement"]["devices"])
+             for r in measured]
     assert min(peaks) == best.max_peak_bytes
     verify(graph_from_config(config), best)
 

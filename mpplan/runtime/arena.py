@@ -227,7 +227,10 @@ def _ones_like(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -
 def _embedding(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
     # ATen's embedding (dense, 2-d weight) is weight.index_select(0, indices.reshape(-1)).view(...).
     weight, indices = args[0], args[1]
-    if kwargs or weight.dim() != 2 or not out.is_contiguous() or any(bool(a) for a in args[3:5]):
+    # A non-contiguous indices would be reshaped into a hidden copy: decline (then it is computed and copied in).
+    if kwargs or weight.dim() != 2 or not out.is_contiguous() or not indices.is_contiguous():
+        return None
+    if any(bool(a) for a in args[3:5]):
         return None
     torch.ops.aten.index_select.out(weight, 0, indices.reshape(-1), out=out.view(-1, weight.size(1)))
     return out
