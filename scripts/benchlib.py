@@ -128,12 +128,13 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
 def write_layout(names: Sequence[str], path: Path = BENCHMARKS) -> None:
     """Rewrite ``path`` as the title and the sections ``names`` in that order.
 
-    Sections already there keep their body until rerun; others are dropped, new ones
-    get a placeholder.
+    Sections already there keep their body until rerun, new ones get a placeholder, and
+    sections that only their own script writes (``bench_gpu``, ``bench_cli``, ...) stay, after
+    the suite's.
     """
     old = _sections(path.read_text()) if path.exists() else {}
     blocks = [TITLE.rstrip()]
-    for name in names:
+    for name in [*names, *(n for n in old if n not in names)]:
         start, end = _marker(name)
         blocks.append(f"{start}\n{old.get(name, '(not run yet)').rstrip()}\n{end}")
     path.parent.mkdir(parents=True, exist_ok=True)
