@@ -191,3 +191,19 @@ def layered_graph(num_ops: int, width: int = 8, fan_in: int = 3, seed: int = 0, 
         previous = layer
     outputs = tuple(dict.fromkeys(t for t in previous if t != "x"))
     return Graph(f"layered{num_ops}", tuple(tensors), tuple(ops), outputs).validate()
+
+
+def random_order(graph: Graph, rng: random.Random) -> list[int]:
+    """A uniformly drawn ready op at each step: a random topological order of ``graph``."""
+    topo = graph.topology
+    missing = [len(p) for p in topo.preds]
+    ready = [k for k, m in enumerate(missing) if m == 0]
+    order = []
+    while ready:
+        k = ready.pop(rng.randrange(len(ready)))
+        order.append(k)
+        for s in topo.succs[k]:
+            missing[s] -= 1
+            if missing[s] == 0:
+                ready.append(s)
+    return order

@@ -16,6 +16,7 @@ import pytest
 from conftest import needs_shared_data, shared_data_files
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import random_order
 
 from mpplan.passes import assign as assign_module
 from mpplan.passes.assign import (
@@ -557,22 +558,6 @@ def _records_in_order(graph, order) -> list[Record]:
     return [(r.nbytes, r.first, r.last) for r in liveness.ranges]
 
 
-def _random_order(graph, seed: int) -> list[int]:
-    topo = graph.topology
-    rng = random.Random(seed)
-    missing = [len(p) for p in topo.preds]
-    ready = [k for k, m in enumerate(missing) if m == 0]
-    order = []
-    while ready:
-        k = ready.pop(rng.randrange(len(ready)))
-        order.append(k)
-        for s in topo.succs[k]:
-            missing[s] -= 1
-            if missing[s] == 0:
-                ready.append(s)
-    return order
-
-
 REAL_NETWORKS = shared_data_files("*_nx.json")
 
 
@@ -582,7 +567,7 @@ def test_auto_reaches_load_on_real_networks(path) -> None:
     from mpplan.capture.nodelink import graph_from_node_link
 
     graph = graph_from_node_link(json.loads(path.read_text()))
-    orders = [list(range(len(graph.ops)))] + [_random_order(graph, seed) for seed in (1, 2)]
+    orders = [list(range(len(graph.ops)))] + [random_order(graph, random.Random(seed)) for seed in (1, 2)]
     for order in orders:
         records = _records_in_order(graph, order)
         result = assign_offsets(records, alignment=64)

@@ -13,23 +13,7 @@ from conftest import chain
 from mpplan.errors import GraphError
 from mpplan.graph import Graph, Op, _build_topology, reordered
 from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies, legalize
-from strategies import graphs
-
-
-def random_order(graph: Graph, rng: random.Random) -> list[int]:
-    """A uniformly drawn ready op at each step: a random topological order of ``graph``."""
-    topo = graph.topology
-    missing = [len(p) for p in topo.preds]
-    ready = [k for k, m in enumerate(missing) if m == 0]
-    order = []
-    while ready:
-        k = ready.pop(rng.randrange(len(ready)))
-        order.append(k)
-        for s in topo.succs[k]:
-            missing[s] -= 1
-            if missing[s] == 0:
-                ready.append(s)
-    return order
+from strategies import graphs, random_order
 
 
 @settings(max_examples=150, deadline=None)
