@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import graphs, layered_graph
+from strategies import graphs, layered_graph, random_order
 
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
@@ -60,21 +60,6 @@ def brute_force_load(graph: Graph) -> int:
     return best[0] if n else 0
 
 
-def random_topological_order(graph: Graph, rng: random.Random) -> tuple[int, ...]:
-    topo = graph.topology
-    indegree = [len(p) for p in topo.preds]
-    ready = [k for k, d in enumerate(indegree) if not d]
-    order = []
-    while ready:
-        k = ready.pop(rng.randrange(len(ready)))
-        order.append(k)
-        for s in topo.succs[k]:
-            indegree[s] -= 1
-            if not indegree[s]:
-                ready.append(s)
-    return tuple(order)
-
-
 def loads(graph: Graph) -> dict[str, int]:
     result = {}
     for name, method in SCHEDULERS.items():
@@ -116,7 +101,7 @@ def test_auto_never_worse_than_a_heuristic_on_larger_graphs(graph: Graph) -> Non
 @given(graphs(max_ops=30), st.randoms(use_true_random=False))
 def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random) -> None:
     mem = schedule_module._Memory.of(graph)
-    order = random_topological_order(graph, rng)
+    order = tuple(random_order(graph, rng))
     assert mem.profile(order) == live_profile(live_ranges(graph, order).ranges, len(order))
     assert mem.load(order) == order_load(graph, order)
 
@@ -126,7 +111,7 @@ def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random
 def test_local_search_moves_keep_the_profile_exact(graph: Graph, rng: random.Random) -> None:
     """Incremental scoring (single-op moves, exact segment reorders, undo) agrees with the simulator."""
     mem = schedule_module._Memory.of(graph)
-    climber = schedule_module._Climber(mem, random_topological_order(graph, rng))
+    climber = schedule_module._Climber(mem, tuple(random_order(graph, rng)))
     n = len(climber.order)
     undo = []
     for _ in range(20):
