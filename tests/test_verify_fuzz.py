@@ -77,7 +77,11 @@ def overlap_live_buffers(data, graph, p):
     root, _ = _storage_info(graph, p)
     pairs = []
     for o in graph.ops:
-        touched = sorted({root[t] for t in (*o.inputs, *o.outputs) if root[t] in p.buffers})
+        # only buffers on the op's own device: a tensor of another device it reads through a copy
+        # (the copy's buffer holds the bytes), so that tensor need not be live when the op runs
+        here = p.placement.get(o.name)
+        touched = sorted({root[t] for t in (*o.inputs, *o.outputs)
+                          if root[t] in p.buffers and p.buffers[root[t]].device == here})
         pairs += [(a, b) for a in touched for b in touched if a < b and p.buffers[a].bytes and p.buffers[b].bytes]
     arena = {d.name: d.arena_bytes for d in p.devices}
     pairs = [(a, b) for a, b in pairs if p.buffers[a].offset + p.buffers[b].bytes <= arena[p.buffers[a].device]]
