@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from mpplan.errors import GraphError
@@ -387,7 +387,20 @@ def with_dynamic_grads(graph: Graph) -> Graph:
         for t in graph.tensors
     )
     outputs = (*graph.outputs, *(g for g in grads if g not in graph.outputs))
-    return Graph(graph.name, tensors, graph.ops, outputs).validate()
+    new = Graph(graph.name, tensors, graph.ops, outputs)
+    # Only the gradients' static marks and the output storages differ from ``graph``'s topology
+    # (dropping ``grad_of`` removes a check, adding known outputs adds none), so carry it over
+    # instead of rebuilding it from the names: the result equals ``new.validate()``'s, far cheaper.
+    topo = graph.topology
+    index = topo.tensor_index
+    storage_of = topo.storage_of
+    dropped = {index[g] for g in grads}
+    new.__dict__["topology"] = replace(  # where the cached property keeps what ``topology`` would return
+        topo,
+        is_static=tuple(False if s in dropped else static for s, static in zip(storage_of, topo.is_static)),
+        output_storages=topo.output_storages | {storage_of[index[g]] for g in grads},
+    )
+    return new
 
 
 def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
