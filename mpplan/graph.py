@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import attrgetter
 
 from mpplan.errors import GraphError
 
@@ -119,6 +120,12 @@ class Topology:
         return tuple(t for t, s in enumerate(self.storage_of) if s == t)
 
 
+_TENSOR_FIELDS = attrgetter("name", "nbytes", "kind", "shape", "dtype", "alias_of", "grad_of")
+_OP_FIELDS = attrgetter(
+    "name", "type", "inputs", "outputs", "cost", "device", "backward_of", "module", "stage", "recompute_of"
+)
+
+
 @dataclass(frozen=True)
 class Graph:
     """An immutable graph.  ``topology`` validates on first use and is cached."""
@@ -152,11 +159,10 @@ class Graph:
     @cached_property
     def content_hash(self) -> str:
         """A stable hex digest of everything but the graph's name."""
-        tensors = [[t.name, t.nbytes, t.kind.value, t.shape, t.dtype, t.alias_of, t.grad_of] for t in self.tensors]
-        ops = [
-            [o.name, o.type, o.inputs, o.outputs, o.cost, o.device, o.backward_of, o.module, o.stage, o.recompute_of]
-            for o in self.ops
-        ]
+        # Field tuples by ``attrgetter`` (json writes a tuple as a list, and a ``Kind``, a str enum, as its
+        # value): the same text as lists built field by field, at a fraction of the cost on large graphs.
+        tensors = list(map(_TENSOR_FIELDS, self.tensors))
+        ops = list(map(_OP_FIELDS, self.ops))
         payload = json.dumps([tensors, ops, sorted(self.outputs)], separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
