@@ -21,12 +21,13 @@ kernel applies the user's umask, as for any file the user's tools make: ``mkstem
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 from pathlib import Path
 from typing import Any
+
+from mpplan.json_text import dumps_indented
 
 _TEMP = re.compile(r"^\..+\.mpplan-(\d+)-[0-9a-f]+\.tmp$")
 
@@ -62,7 +63,7 @@ def write_text(path: str | os.PathLike[str], text: str, *, make_folder: bool = T
 
 def write_json(data: Any, path: str | os.PathLike[str]) -> Path:
     """``data`` as indented JSON (one trailing newline); encoding errors are raised before any file exists."""
-    return write_text(path, json.dumps(data, indent=1) + "\n")
+    return write_text(path, dumps_indented(data) + "\n")  # json.dumps(data, indent=1), faster
 
 
 def fsync_folder(folder: str | os.PathLike[str]) -> None:

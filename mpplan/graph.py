@@ -24,8 +24,9 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import attrgetter
 
 from mpplan.errors import GraphError
 
@@ -119,6 +120,12 @@ class Topology:
         return tuple(t for t, s in enumerate(self.storage_of) if s == t)
 
 
+_TENSOR_FIELDS = attrgetter("name", "nbytes", "kind", "shape", "dtype", "alias_of", "grad_of")
+_OP_FIELDS = attrgetter(
+    "name", "type", "inputs", "outputs", "cost", "device", "backward_of", "module", "stage", "recompute_of"
+)
+
+
 @dataclass(frozen=True)
 class Graph:
     """An immutable graph.  ``topology`` validates on first use and is cached."""
@@ -152,11 +159,10 @@ class Graph:
     @cached_property
     def content_hash(self) -> str:
         """A stable hex digest of everything but the graph's name."""
-        tensors = [[t.name, t.nbytes, t.kind.value, t.shape, t.dtype, t.alias_of, t.grad_of] for t in self.tensors]
-        ops = [
-            [o.name, o.type, o.inputs, o.outputs, o.cost, o.device, o.backward_of, o.module, o.stage, o.recompute_of]
-            for o in self.ops
-        ]
+        # Field tuples by ``attrgetter`` (json writes a tuple as a list, and a ``Kind``, a str enum, as its
+        # value): the same text as lists built field by field, at a fraction of the cost on large graphs.
+        tensors = list(map(_TENSOR_FIELDS, self.tensors))
+        ops = list(map(_OP_FIELDS, self.ops))
         payload = json.dumps([tensors, ops, sorted(self.outputs)], separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -387,7 +393,20 @@ def with_dynamic_grads(graph: Graph) -> Graph:
         for t in graph.tensors
     )
     outputs = (*graph.outputs, *(g for g in grads if g not in graph.outputs))
-    return Graph(graph.name, tensors, graph.ops, outputs).validate()
+    new = Graph(graph.name, tensors, graph.ops, outputs)
+    # Only the gradients' static marks and the output storages differ from ``graph``'s topology
+    # (dropping ``grad_of`` removes a check, adding known outputs adds none), so carry it over
+    # instead of rebuilding it from the names: the result equals ``new.validate()``'s, far cheaper.
+    topo = graph.topology
+    index = topo.tensor_index
+    storage_of = topo.storage_of
+    dropped = {index[g] for g in grads}
+    new.__dict__["topology"] = replace(  # where the cached property keeps what ``topology`` would return
+        topo,
+        is_static=tuple(False if s in dropped else static for s, static in zip(storage_of, topo.is_static)),
+        output_storages=topo.output_storages | {storage_of[index[g]] for g in grads},
+    )
+    return new
 
 
 def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:

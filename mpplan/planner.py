@@ -402,9 +402,10 @@ def module_devices(placed: Placed) -> dict[str, str]:
     forward = {k for k in place.forward_ops(graph, range(len(graph.ops))) if graph.ops[k].type != "copy"}
     modules: dict[str, str] = {}
     topo = graph.topology
+    storage_of = topo.storage_of
     for k, op in enumerate(graph.ops):
-        makes_storage = any(topo.storage_of[t] == t for t in topo.op_outputs[k])
-        if k in forward and op.module and makes_storage:  # view ops run with their base, elsewhere
+        # view ops run with their base, elsewhere; the cheap tests first, the storage scan only for forward ops
+        if k in forward and op.module and any(storage_of[t] == t for t in topo.op_outputs[k]):
             modules.setdefault(op.module, placed.op_device[k])
     for t, tensor in enumerate(graph.tensors):
         if tensor.kind is Kind.PARAM and "." in tensor.name:

@@ -119,23 +119,31 @@ def _value_problem(exc: ValueError) -> str:
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise ValueError(f"key {key!r} is given twice in one object")
-        data[key] = value
+    data = dict(pairs)
+    if len(data) < len(pairs):  # the common case stays at ``dict``'s speed; the loop names the repeated key
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} is given twice in one object")
+            seen.add(key)
     return data
 
 
 def _check_depth(data: Any) -> None:
-    """Refuse JSON nested deeper than ``MAX_DEPTH`` (iteratively: the check itself must not recurse)."""
-    stack = [(data, 1)]  # the root container is level 1, as YAML's first start event
-    while stack:
-        value, depth = stack.pop()
+    """Refuse JSON nested deeper than ``MAX_DEPTH`` (iteratively: the check itself must not recurse).
+
+    It walks one level at a time, keeping only the containers, so the per-value work stays in comprehensions.
+    """
+    level = [data] if isinstance(data, (dict, list)) else []
+    depth = 1  # the root container is level 1, as YAML's first start event
+    while level:
         if depth > MAX_DEPTH:
             raise DocumentError(f"nested deeper than {MAX_DEPTH} levels")
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        children: list[Any] = []
+        for value in level:
+            children.extend(value.values() if isinstance(value, dict) else value)
+        level = [child for child in children if isinstance(child, (dict, list))]
+        depth += 1
 
 
 def _check_events(text: str) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
+from hypothesis import given, settings
 
 from mpplan.errors import GraphError
-from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.graph import Graph, Kind, Op, Tensor, _build_topology, with_dynamic_grads
+from strategies import graphs
 
 
 def graph(tensors, ops, outputs=()) -> Graph:
@@ -261,3 +266,22 @@ def test_content_hash_ignores_the_name_and_sees_everything_else():
     costlier = Graph("g", a.tensors, (Op("A", "f", ("x",), ("a",), cost=2.0),), a.outputs)
     assert a.content_hash == renamed.content_hash
     assert a.content_hash != costlier.content_hash
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(max_ops=14))
+def test_dynamic_grads_topology_is_the_rebuilt_one(g: Graph) -> None:
+    """``with_dynamic_grads`` carries the topology over; it must be what validating the new graph builds."""
+    dynamic = with_dynamic_grads(g)
+    assert dynamic.topology == _build_topology(Graph(dynamic.name, dynamic.tensors, dynamic.ops, dynamic.outputs))
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=10))
+def test_content_hash_is_the_documented_payload(g: Graph) -> None:
+    """The hash is sha256 of the fields as JSON lists; plans on disk carry it, so it must never drift."""
+    tensors = [[t.name, t.nbytes, t.kind.value, t.shape, t.dtype, t.alias_of, t.grad_of] for t in g.tensors]
+    ops = [[o.name, o.type, o.inputs, o.outputs, o.cost, o.device, o.backward_of, o.module, o.stage, o.recompute_of]
+           for o in g.ops]
+    payload = json.dumps([tensors, ops, sorted(g.outputs)], separators=(",", ":"))
+    assert g.content_hash == hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -330,11 +330,14 @@ def _size(value: object, where: str, key: str) -> int | None:
         raise GraphFileError(f"{_field(where, key)}: {exc}") from None
 
 
+_INT_ONLY = frozenset({int})
+
+
 def _shape(value: object, where: str, key: str) -> tuple[int, ...] | None:
     if value is None:
         return None
-    if type(value) is list and all(type(d) is int and d >= 0 for d in value):
-        return tuple(value)
+    if type(value) is list and _INT_ONLY.issuperset(map(type, value)) and (not value or min(value) >= 0):
+        return tuple(value)  # every entry exactly an int (not a bool), none negative: checked in C
     raise GraphFileError(f"{_field(where, key)}: expected a list of non-negative integers, got {_show(value)}")
 
 

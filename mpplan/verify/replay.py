@@ -93,12 +93,14 @@ def replay(
             if t not in exists:
                 _fail(f"schedule step {step}: op {name!r} reads tensor {t!r} before it is produced")
             storage = root[t]
-            seen = version.get(storage, 0) if storage in written else 0
+            if storage in written:  # ``expected`` has entries for these storages only
+                seen, want = version.get(storage, 0), expected.get((name, t), 0)
+            else:
+                seen = want = 0
             if t in of_copy:
                 storage, seen = of_copy[t]
-            elif (t, device) in arrived and t not in op.outputs:
+            elif arrived and (t, device) in arrived and t not in op.outputs:
                 storage, seen = arrived[(t, device)]
-            want = expected.get((name, t), 0)
             if seen != want:
                 what = f"its copy {storage!r}" if storage in copies else f"tensor {t!r}"
                 _fail(
