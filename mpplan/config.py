@@ -662,7 +662,7 @@ def _convert(hint: Any, value: Any, source: str, key: str) -> Any:
         if value not in args:
             raise ConfigError(f"{source}: {key}: expected one of {', '.join(map(str, args))}, got {value!r}")
         return value
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _parse(hint, value, source, key)
     if origin is tuple:
         if not isinstance(value, list):
@@ -715,10 +715,10 @@ def _walk_schema(cls: type, prefix: str, rows: list[tuple[str, str, str, str]]) 
 
 
 def _dataclass_in(hint: Any) -> type | None:
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return hint
     for arg in typing.get_args(hint):
-        if dataclasses.is_dataclass(arg):
+        if isinstance(arg, type) and dataclasses.is_dataclass(arg):
             return arg
     return None
 

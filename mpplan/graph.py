@@ -199,8 +199,8 @@ def _build_topology(graph: Graph) -> Topology:
             )
     consumers: list[list[int]] = [[] for _ in graph.tensors]
     for k, ins in enumerate(op_inputs):
-        for t in ins:
-            consumers[t].append(k)
+        for ti in ins:
+            consumers[ti].append(k)
     preds = _dependencies(op_inputs, op_outputs, producer, storage_of)
     _check_order(graph, preds)
     succs: list[list[int]] = [[] for _ in graph.ops]

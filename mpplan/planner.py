@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, with_dynamic_grads
 from mpplan.passes import place
-from mpplan.passes.assign import assign_offsets, share_objects
+from mpplan.passes.assign import ObjectAlgorithm, OffsetAlgorithm, assign_offsets, share_objects
 from mpplan.passes.concurrency import dag_may_share
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.passes.liveness import Liveness, live_ranges
@@ -26,7 +26,7 @@ from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan
 from mpplan.progress import progress
 
-_SHARED_OBJECTS = {"shared_greedy": "greedy", "shared_dp": "dp"}
+_SHARED_OBJECTS: dict[str, ObjectAlgorithm] = {"shared_greedy": "greedy", "shared_dp": "dp"}
 
 #: Graphs of at least this many ops get a planning progress bar (on a terminal).
 PROGRESS_MIN_OPS = 20_000
@@ -386,7 +386,8 @@ def assign_arena(graph: Graph, liveness: Liveness, settings: PlannerSettings) ->
         offsets = [starts[o] for o in objects.object_of]
         arena = total
     else:
-        algorithm = "search" if settings.assign == "exact" else settings.assign
+        # A name, not yet a choice: assign_offsets rejects one outside OFFSET_ALGORITHMS.
+        algorithm = cast(OffsetAlgorithm, "search" if settings.assign == "exact" else settings.assign)
         offsets, arena = assign_offsets(records, alignment=align, algorithm=algorithm, may_share=may_share)
     return Arena(
         offsets={s: off for s, off in zip(storages, offsets)},

@@ -43,7 +43,7 @@ def progress(desc: str, total: int, *, unit: str = "it", enabled: bool = True, f
     if not watching:
         yield Bar()
         return
-    from tqdm import tqdm  # type: ignore[import-untyped]
+    from tqdm import tqdm
 
     bar = tqdm(total=total, desc=desc, unit=unit, file=stream, dynamic_ncols=True, leave=False)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from mpplan import sim
 from mpplan.graph import Graph
@@ -28,7 +29,7 @@ class GraphSummary:
     max_op_working_set_bytes: int
     as_given_peak_bytes: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -65,9 +65,9 @@ def _build_graph(config: Config) -> Graph:
     from mpplan.capture.torch_capture import capture
 
     module, inputs = build_torch_model(config, device="meta")
-    spec = model.torch
-    optimizer = None if spec.optimizer == "none" else spec.optimizer
-    return capture(module, inputs, mode=spec.mode, optimizer=optimizer)
+    torch_spec = model.torch
+    optimizer = None if torch_spec.optimizer == "none" else torch_spec.optimizer
+    return capture(module, inputs, mode=torch_spec.mode, optimizer=optimizer)
 
 
 def build_torch_model(config: Config, device: str = "cpu", seed: int = 0) -> tuple[Any, Any]:

@@ -428,7 +428,7 @@ def _op_doc(o: Op) -> dict[str, Any]:
     return doc
 
 
-class _Flow(dict):  # type: ignore[type-arg]
+class _Flow(dict[str, Any]):
     """A mapping the YAML writer puts on one line: ``{bytes: 64, kind: input}``."""
 
 

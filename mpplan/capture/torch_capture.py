@@ -1081,8 +1081,8 @@ def _mark_grads(drafts: dict[str, _Draft], params: list[str], grad_names: list[s
     """Give each parameter's gradient storage kind ``grad`` and ``grad_of``; views of it kind ``grad``."""
 
     def root(t: str) -> str:
-        while drafts[t].alias_of is not None:
-            t = drafts[t].alias_of  # type: ignore[assignment]
+        while (parent := drafts[t].alias_of) is not None:
+            t = parent
         return t
 
     grads: dict[str, str] = {}

@@ -38,7 +38,7 @@ from mpplan.cluster.records import Candidate, Evaluation, Status
 from mpplan.errors import ConfigError, MpplanError
 
 if TYPE_CHECKING:
-    from typing import Self  # 3.11; annotations are never evaluated at run time
+    from typing_extensions import Self  # typing.Self is 3.11+; never imported at run time
 
 logger = logging.getLogger("mpplan")
 

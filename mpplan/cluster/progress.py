@@ -51,7 +51,7 @@ class Progress:
         self._last_log = time.monotonic()
         logger.info("search: %s %d candidates", phase, total)
         if self.bar and total:
-            from tqdm import tqdm  # type: ignore[import-untyped]
+            from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=phase, unit="cand", file=sys.stderr, dynamic_ncols=True)
 

@@ -84,7 +84,7 @@ def base_raw(config: Config) -> dict[str, Any]:
 
     ``parse_config(base_raw(c), c.source)`` equals ``c`` with a default search section.
     """
-    raw = _to_raw(config)
+    raw: dict[str, Any] = _to_raw(config)
     raw.pop("search", None)
     return raw
 
@@ -133,7 +133,7 @@ def invalid_key(overrides: Overrides) -> str:
 
 def workload_key(config: Config) -> str:
     """What a built model depends on: the model section and the workload (the graph cache's key)."""
-    raw = _to_raw(config)
+    raw: dict[str, Any] = _to_raw(config)
     return _digest({"model": raw["model"], "workload": raw["workload"], "source": config.source})
 
 

@@ -27,7 +27,7 @@ from mpplan.errors import ConfigError
 from mpplan.plan import Plan, save_plan, write_json_atomic
 
 if TYPE_CHECKING:
-    from typing import Self  # 3.11; annotations are never evaluated at run time
+    from typing_extensions import Self  # typing.Self is 3.11+; never imported at run time
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"

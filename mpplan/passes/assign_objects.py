@@ -20,8 +20,11 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeAlias
 
 MayShare = Callable[[int, int], bool]
+#: A search level: a generator that yields, per child, the generator of the level below.
+_Expansion: TypeAlias = Iterator["_Expansion"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +265,7 @@ class _ObjectSearch:
                     return False
             return True
 
-        def expand(depth: int) -> Iterator[Iterator]:
+        def expand(depth: int) -> _Expansion:
             nonlocal nodes, cost
             j = order[depth]
             # join the smallest compatible object first (keep big ones for big records), else open one

@@ -29,8 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
+
+#: A search level: a generator that yields, per child, the generator of the level below.
+_Expansion: TypeAlias = Iterator["_Expansion"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +229,7 @@ class _Round:
                 stack.append(child)
         return self.best
 
-    def _expand(self, level: int, previous: int, spare: int) -> Iterator[Iterator]:
+    def _expand(self, level: int, previous: int, spare: int) -> _Expansion:
         """Yield, per feasible child, the expansion of that child with the child applied;
         undo it on resume (the stack of these generators is the search path)."""
         p = self.p
@@ -300,6 +304,6 @@ class _Round:
             half = 1 << (k - 1)
             np.minimum(table[k - 1], table[k], out=table[k - 1])
             np.minimum(table[k - 1, half:], table[k, :-half], out=table[k - 1, half:])
-        floor = table[0]
+        floor: np.ndarray = table[0]
         floor[floor == _INF] = 0
         return floor

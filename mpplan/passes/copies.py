@@ -116,7 +116,7 @@ def _with_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -
         if k in relocated:
             for t in topo.op_outputs[k]:
                 base = new_tensors[t].alias_of
-                new_tensors[t] = replace(new_tensors[t], alias_of=renamed.get(base, base))
+                new_tensors[t] = replace(new_tensors[t], alias_of=None if base is None else renamed.get(base, base))
                 local_on[t] = device
         for name in op.in_place:
             version[topo.storage_of[topo.tensor_index[name]]] += 1

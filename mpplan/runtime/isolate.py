@@ -19,7 +19,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from mpplan.errors import MpplanError
 
@@ -73,7 +73,7 @@ def run_isolated(fn: Callable[..., T], /, *args: Any, what: str = "the measureme
             raise _crash(what, child.exitcode, stack)
     kind, value = outcome
     if kind == "ok":
-        return value  # type: ignore[no-any-return]
+        return cast(T, value)  # fn's result, unpickled
     if isinstance(value, BaseException):
         raise value
     raise RuntimeError(f"{what} failed in its child process:\n{value}")

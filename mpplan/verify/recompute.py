@@ -24,7 +24,7 @@ nobody updates in place; and its inputs are at the versions the original op read
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Op, Tensor
@@ -60,7 +60,7 @@ def with_recomputes(graph: Graph, plan: Plan) -> Graph:
     return graph
 
 
-def _round(graph: Graph, records: list[Mapping[str, object]]) -> Graph:
+def _round(graph: Graph, records: Sequence[Mapping[str, object]]) -> Graph:
     """One round: ``graph`` rewritten with the recomputes of ``records``, each of an op of ``graph``."""
     ops = {o.name: o for o in graph.ops}
     tensors = {t.name: t for t in graph.tensors}

@@ -43,7 +43,7 @@ def available_backend() -> str | None:
         return "highs"
     if importlib.util.find_spec("scipy") is not None:
         try:
-            from scipy.optimize import milp  # type: ignore[import-untyped]  # noqa: F401
+            from scipy.optimize import milp  # noqa: F401
         except ImportError:
             return None
         return "scipy-highs"
@@ -157,8 +157,8 @@ def _solve_highspy(f: Formulation, time_limit_s: float, warm: list[float] | None
 
 def _solve_scipy(f: Formulation, time_limit_s: float, warm: list[float] | None):
     import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
-    from scipy.sparse import csr_matrix  # type: ignore[import-untyped]
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
 
     del warm  # scipy's milp takes no starting point
     matrix = csr_matrix(
