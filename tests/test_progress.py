@@ -77,10 +77,11 @@ def test_planning_a_large_graph_draws_stages(info_logging, monkeypatch):
 def test_capturing_a_model_ticks_per_module(info_logging, monkeypatch):
     torch = pytest.importorskip("torch")
     from mpplan.capture import torch_capture
+    from mpplan.capture.torch_capture import tracing
 
     screen = Terminal()
     monkeypatch.setattr("sys.stderr", screen)
-    monkeypatch.setattr(torch_capture, "PROGRESS_MIN_MODULES", 1)
+    monkeypatch.setattr(tracing, "PROGRESS_MIN_MODULES", 1)  # read where the trace runs
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     seen = ticks(monkeypatch)
     torch_capture.capture(model, (torch.randn(2, 4),), mode="infer")
