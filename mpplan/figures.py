@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Sequence
 
 from mpplan.plan import Plan
@@ -11,7 +12,8 @@ from mpplan.timeline import Timeline
 _GIB = 2**30
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the headless Agg backend (reports render without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpplan.config import Config, TorchModel
 from mpplan.errors import ConfigError, GraphFileError, MpplanError
 from mpplan.graph import Graph
 from mpplan.units import MAX_BYTES
+
+if TYPE_CHECKING:  # torch is imported on first use, for model.torch only
+    import torch
 
 logger = logging.getLogger("mpplan")
 
@@ -102,7 +106,7 @@ def build_torch_model(config: Config, device: str = "cpu", seed: int = 0) -> tup
     return module, inputs
 
 
-def _import_factory(spec: TorchModel, source: str):
+def _import_factory(spec: TorchModel, source: str) -> Callable[..., Any]:
     module_name, _, attr = spec.factory.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -110,7 +114,7 @@ def _import_factory(spec: TorchModel, source: str):
         raise ConfigError(f"{source}: model.torch.factory: cannot import {module_name!r} ({exc})") from None
     except Exception as exc:  # a syntax error or a failure at import time, in user code
         raise _user_code_error(source, f"importing {module_name!r} for {spec.factory} raised", exc) from None
-    factory = getattr(module, attr, None)
+    factory: Callable[..., Any] | None = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"{source}: model.torch.factory: {module_name!r} has no callable {attr!r}")
     return factory
@@ -126,7 +130,9 @@ def _user_code_error(source: str, what: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{source}: model.torch.factory: {what} {type(exc).__name__}: {detail}{hint}")
 
 
-def _make_input(spec: dict[str, Any], config: Config, device: str, generator, float_dtype):
+def _make_input(
+    spec: dict[str, Any], config: Config, device: str, generator: torch.Generator, float_dtype: torch.dtype
+) -> torch.Tensor:
     import torch
 
     shape = [config.workload[d] if isinstance(d, str) else d for d in spec["shape"]]

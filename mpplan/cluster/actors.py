@@ -128,9 +128,7 @@ class _DropTokenDefaultWarning(logging.Filter):
 def cluster_capacity(num_cpus: float, num_gpus: float) -> int:
     """How many actors needing ``num_cpus`` CPUs and ``num_gpus`` GPUs the alive nodes hold at once."""
     total = 0
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
+    for node in _alive_nodes():
         resources = node.get("Resources", {})
         fits = [int(resources.get("CPU", 0) // num_cpus)] if num_cpus else []
         if num_gpus:
@@ -141,7 +139,13 @@ def cluster_capacity(num_cpus: float, num_gpus: float) -> int:
 
 def cluster_gpus() -> int:
     """The GPUs of the biggest alive node (an actor's devices live on one node)."""
-    return max((int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0)
+    return max((int(n.get("Resources", {}).get("GPU", 0)) for n in _alive_nodes()), default=0)
+
+
+def _alive_nodes() -> list[dict[str, Any]]:
+    """The cluster's alive nodes as ``ray.nodes()`` describes them (``Resources``: name -> amount)."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return [n for n in nodes if n.get("Alive")]
 
 
 class EvaluatorActor:

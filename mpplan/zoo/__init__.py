@@ -54,7 +54,7 @@ def resolve(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ValueError(f"{spec!r}: cannot import module {module_name!r}: {e}") from e
-    target = getattr(module, attribute, None)
+    target: Callable[..., Any] | None = getattr(module, attribute, None)
     if not callable(target):
         raise ValueError(f"{spec!r}: module {module_name!r} has no callable {attribute!r}")  # noqa: TRY004
     return target

@@ -36,7 +36,8 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.conv1(x))
         out = self.conv2(out)
-        return self.relu(out + self.shortcut(x))
+        y: torch.Tensor = self.relu(out + self.shortcut(x))  # nn.Module calls are typed Any
+        return y
 
 
 class ResNet(nn.Module):
@@ -65,7 +66,8 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stages(self.stem(x))
-        return self.fc(torch.flatten(self.pool(x), 1))
+        logits: torch.Tensor = self.fc(torch.flatten(self.pool(x), 1))
+        return logits
 
 
 def resnet(

@@ -56,7 +56,8 @@ class PixelAttention(nn.Module):
         b, c, h, w = x.shape
         q, k, v = self.qkv(self.norm(x)).reshape(b, 3, self.n_heads, c // self.n_heads, h * w).unbind(1)
         y = F.scaled_dot_product_attention(q.transpose(-2, -1), k.transpose(-2, -1), v.transpose(-2, -1))
-        return x + self.proj(y.transpose(-2, -1).reshape(b, c, h, w))
+        out: torch.Tensor = x + self.proj(y.transpose(-2, -1).reshape(b, c, h, w))  # nn.Module calls are typed Any
+        return out
 
 
 class ConvAttention(nn.Module):
@@ -91,7 +92,8 @@ class ConvAttention(nn.Module):
         stem = F.relu(self.stem(x))
         out = self.blocks(stem)
         out = out + self.skip(F.avg_pool2d(stem, self.downsample))
-        return self.fc(out.mean(dim=(2, 3)))
+        logits: torch.Tensor = self.fc(out.mean(dim=(2, 3)))
+        return logits
 
 
 def convattn(

@@ -46,7 +46,8 @@ class CausalSelfAttention(nn.Module):
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
             weights = F.dropout(scores.masked_fill(~mask, float("-inf")).softmax(-1), self.dropout, self.training)
             y = weights @ v
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, c))  # nn.Module calls are typed Any
+        return out
 
 
 class Block(nn.Module):
@@ -66,7 +67,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
 
 
 class GPT(nn.Module):
@@ -108,7 +110,8 @@ class GPT(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
 
 
 def gpt(
