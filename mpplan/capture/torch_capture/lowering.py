@@ -57,6 +57,8 @@ class _Draft:
 
 @dataclass
 class _OpDraft:
+    """An op being built: its IR fields, and the tracing's marks that ``_link_backward`` turns into links."""
+
     name: str
     type: str
     inputs: list[str]
