@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from mpplan.errors import ConfigError
-from mpplan.reading import DocumentError, load_yaml, read_text
+from mpplan.reading import DocumentError, load_yaml, read_document
 from mpplan.units import dtype_bytes, parse_size
 
 Size = typing.NewType("Size", int)
@@ -228,12 +228,7 @@ def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> Confi
     """Read, override (``dotted.key=value``) and validate a YAML config."""
     path = Path(path)
     source = str(path)
-    try:
-        raw = load_yaml(read_text(path))
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: file not found") from None
-    except DocumentError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    raw = read_document(path, load_yaml, ConfigError)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

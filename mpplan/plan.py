@@ -17,7 +17,7 @@ from typing import Any
 
 from mpplan.durable import write_json
 from mpplan.errors import PlanError
-from mpplan.reading import DocumentError, load_json, read_text
+from mpplan.reading import load_json, read_document
 
 SCHEMA = "mpplan.plan/1"
 
@@ -189,13 +189,7 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
 def load_plan(path: str | Path) -> Plan:
     """Read and check a ``plan.json``; ``PlanError`` names the file and the field on bad input."""
     path = Path(path)
-    try:
-        data = load_json(read_text(path))
-    except FileNotFoundError:
-        raise PlanError(f"{path}: file not found") from None
-    except DocumentError as exc:
-        raise PlanError(f"{path}: {exc}") from None
-    return Plan.from_dict(data, str(path))
+    return Plan.from_dict(read_document(path, load_json, PlanError), str(path))
 
 
 def check_plan_graph(plan: Plan, graph: Any, source: str) -> None:
