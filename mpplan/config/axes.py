@@ -64,7 +64,9 @@ def axis_values(spec: Any, source: str = "<config>", where: str = "search.space"
         )
     keys = set(spec)
     if not {"min", "max"} <= keys or len(keys & {"step", "factor"}) != 1 or keys - {"min", "max", "step", "factor"}:
-        raise ConfigError(f"{source}: {where}: a range needs min, max and exactly one of step, factor; got {sorted(keys)}")
+        raise ConfigError(
+            f"{source}: {where}: a range needs min, max and exactly one of step, factor; got {sorted(keys)}"
+        )
     for key in keys:
         value = spec[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):

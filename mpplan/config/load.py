@@ -71,7 +71,9 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
             )
     _check_remat(config.planner.remat, source)
     if config.planner.alignment < 1:
-        raise ConfigError(f"{source}: planner.alignment: must be a positive number of bytes, got {config.planner.alignment}")
+        raise ConfigError(
+            f"{source}: planner.alignment: must be a positive number of bytes, got {config.planner.alignment}"
+        )
     for key, value in config.workload.items():
         if value <= 0:
             raise ConfigError(f"{source}: workload.{key}: must be positive, got {value}")
@@ -133,7 +135,9 @@ def _check_search(search: SearchSection, raw: dict[str, Any], source: str) -> No
                 parse_config(apply_override(base, format_override(key, value), source), source)
             except ConfigError as exc:
                 detail = str(exc).removeprefix(f"{source}: ")
-                raise ConfigError(f"{source}: {where}: value {value!r} does not make a valid config: {detail}") from None
+                raise ConfigError(
+                    f"{source}: {where}: value {value!r} does not make a valid config: {detail}"
+                ) from None
     if grid > MAX_GRID:
         raise ConfigError(f"{source}: search.space: {grid} combinations, more than {MAX_GRID}; narrow the axes")
     check_batch_axis(search, source)
@@ -195,7 +199,9 @@ def _check_inputs(inputs: Any, workload: dict[str, int], source: str) -> None:
             raise ConfigError(f"{source}: {where}: expected {{shape: [...], dtype: ..., high: ...}}")
         unknown = set(spec) - {"shape", "dtype", "high"}
         if unknown:
-            raise ConfigError(f"{source}: {where}.{sorted(unknown)[0]}: unknown key; expected one of shape, dtype, high")
+            raise ConfigError(
+                f"{source}: {where}.{sorted(unknown)[0]}: unknown key; expected one of shape, dtype, high"
+            )
         if not isinstance(spec["shape"], list):
             raise ConfigError(f"{source}: {where}.shape: expected a list")
         for j, dim in enumerate(spec["shape"]):
