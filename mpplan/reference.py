@@ -31,9 +31,9 @@ def config_reference() -> str:
 
 
 def cli_reference() -> str:
-    from mpplan.cli import _parser
+    from mpplan.cli import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     parts = ["# CLI reference\n", "Generated from `mpplan/cli.py` by `python scripts/gen_docs.py`.\n",
              "Exit codes: 0 ok, 1 verification failed, 2 bad input (one line naming file and field), "
              "3 the plan does not fit (the best infeasible plan is still written), 4 a measurement crashed "
