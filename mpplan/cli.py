@@ -9,24 +9,20 @@ made, a full disk) is one line and exit 2 as well.  Anything else is a bug and k
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
-from mpplan import sim
 from mpplan.errors import ConfigError, MpplanError
 from mpplan.gcpause import collector_paused
-from mpplan.passes.remat import RematInfeasibleError
-from mpplan.graph import Graph
-from mpplan.outputs import output_folder
+from mpplan.workflows import graph_from_source
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.quiet, args.verbose)
     try:
@@ -70,7 +66,8 @@ RAY_PRIVACY = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mpplan`` argument parser, every verb with its help (``docs/cli.md`` is generated from it)."""
     parser = argparse.ArgumentParser(prog="mpplan", description=__doc__.splitlines()[0].replace("``", ""))
     from mpplan import __version__
 
@@ -125,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
         help="Ray cluster to join: auto, host:port or ray://host:port (default: a private embedded Ray); "
         "see docs/cluster.md for what a cluster exposes and Ray's token authentication",
     )
-    search.add_argument("--resume", action="store_true", help="continue a search in --out, skipping finished candidates")
+    search.add_argument(
+        "--resume", action="store_true", help="continue a search in --out, skipping finished candidates"
+    )
     search.add_argument("--out", help="output folder (default: the config's output.dir; plan, run: subfolders)")
     _add_set(search)
     search.set_defaults(func=cmd_search)
@@ -162,198 +161,77 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from mpplan.report import summary_text
     from mpplan.summary import summarize
 
-    summary = summarize(_graph_from(args.source, args.set))
+    summary = summarize(graph_from_source(args.source, args.set))
     print(json.dumps(summary.to_dict(), indent=1) if args.json else summary_text(summary))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from mpplan.capture import graph_from_config
-    from mpplan.config import load_config, resolve_devices
-    from mpplan.plan import save_plan
-    from mpplan.planner import PlannerSettings, plan
+    from mpplan.config import load_config
     from mpplan.report import misfit_text, plan_outcome, plan_text
-    from mpplan.verify import verify
+    from mpplan.workflows import plan_into_folder
 
-    config = load_config(args.config, args.set)
-    devices = resolve_devices(config)
-    if not devices:
-        raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
-    out = output_folder("plan", args.out, config.output.dir)
-    graph = graph_from_config(config)
-    settings = PlannerSettings.from_config(config.planner)
-    try:
-        result = plan(graph, devices, settings)
-    except RematInfeasibleError as exc:
-        if exc.plan is None:
-            raise
-        return _write_refused_plan(graph, exc, out)
-    verify(graph, result, check_capacity=False)  # a misfit is still a correct plan: exit 3 below
-    path = save_plan(result, out / "plan.json")
-    static = sim.static_bytes(graph)
-    baselines = {
-        "one device, as-given order, no sharing": static + sim.no_sharing_bytes(graph),
-        "one device, as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
-    }
-    if result.remat:
-        without = plan(graph, devices, dataclasses.replace(settings, remat="none"))
-        baselines["these settings without recomputation"] = without.max_peak_bytes
-    baselines["this plan"] = result.max_peak_bytes
-    print(plan_text(result, baselines))
-    report = _write_plan_report(graph, result, out, baselines, figures=False)
-    print(f"\n{plan_outcome(result, path, report)}")
-    if result.misfits:
-        print(f"mpplan: error: does not fit: {misfit_text(result)}", file=sys.stderr)
-        op, touched = sim.largest_op(graph)
-        if touched > max(d.capacity_bytes for d in result.devices):
+    outcome = plan_into_folder(load_config(args.config, args.set), args.out)
+    plan = outcome.plan
+    if outcome.refused is not None:  # the best infeasible plan is written next to the refusal
+        print(f"mpplan: error: {outcome.refused}", file=sys.stderr)
+        print(f"does not fit the remat budget: the best infeasible plan (peak {plan.max_peak_bytes} bytes) "
+              f"written to {outcome.path} (verified)")
+        return outcome.exit_code
+    assert outcome.report is not None
+    print(plan_text(plan, outcome.baselines))
+    print(f"\n{plan_outcome(plan, outcome.path, outcome.report)}")
+    if plan.misfits:
+        print(f"mpplan: error: does not fit: {misfit_text(plan)}", file=sys.stderr)
+        if outcome.oversized_op is not None:
+            op, touched = outcome.oversized_op
             print(
                 f"mpplan: op {op!r} alone touches {touched} bytes of activations, more than any device holds: "
                 "no placement or recomputation fits it; give the devices more memory or a smaller batch",
                 file=sys.stderr,
             )
-        return 3
-    return 0
-
-
-def _write_refused_plan(graph: Graph, exc: RematInfeasibleError, out: Path) -> int:
-    """An infeasible remat budget: the refusal, and the best infeasible plan written next to it (exit 3)."""
-    from mpplan.plan import save_plan
-    from mpplan.verify import verify
-
-    verify(graph, exc.plan, check_capacity=False)
-    path = save_plan(exc.plan, out / "plan.json")
-    print(f"mpplan: error: {exc}", file=sys.stderr)
-    print(f"does not fit the remat budget: the best infeasible plan (peak {exc.plan.max_peak_bytes} bytes) "
-          f"written to {path} (verified)")
-    return exc.exit_code
-
-
-def _write_plan_report(graph: Graph, plan, out: Path, baselines: dict[str, int], **extra) -> Path:
-    from mpplan.plan import write_json_atomic
-    from mpplan.report import write_report
-    from mpplan.timeline import timeline
-
-    line = timeline(graph, plan)
-    write_json_atomic(line.to_dict(), out / "timeline.json")
-    write_json_atomic(baselines, out / "baselines.json")
-    return write_report(out, plan, timeline=line, baselines=baselines, **extra)
+    return outcome.exit_code
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    path = _report_folder(Path(args.source), html=args.html)
+    from mpplan.report_folder import write_folder_report
+
+    path = write_folder_report(Path(args.source), html=args.html)
     print(f"report written to {path}" + (f" and {path.with_suffix('.html')}" if args.html else ""))
     return 0
 
 
-def _report_folder(source: Path, *, html: bool) -> Path:
-    """Write the report of a plan file, a plan's folder or a search's folder (its best plan and candidates)."""
-    from mpplan.report_folder import write_folder_report
-
-    return write_folder_report(source, html=html)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from mpplan.config import load_config
-    from mpplan.plan import save_plan, write_json_atomic
-    from mpplan.report import format_table
-    from mpplan.runtime import run_config
-    from mpplan.units import format_size
+    from mpplan.workflows import measurement_text, run_into_folder
 
     if args.steps < 1 or args.warmup < 0:
         raise ConfigError("--steps must be at least 1 and --warmup at least 0")
     config = load_config(args.config, args.set)
-    out = output_folder("run", args.out, config.output.dir)
-    result = run_config(config, arena=not args.no_arena, steps=args.steps, warmup=args.warmup)
-    save_plan(result.plan, out / "plan.json")
-    data = result.measurement.to_dict()
-    write_json_atomic(data, out / "measurement.json")
-    rows = [
-        (d["name"], format_size(d["predicted_peak_bytes"]), format_size(d["measured_peak_bytes"]), f"{d['error_pct']:+.2f}%")
-        for d in data["devices"]
-    ]
-    print(format_table(("device", "predicted peak", "measured peak", "error"), rows))
-    for d in data["devices"]:
-        if d.get("allocator_peak_bytes") is not None:
-            print(_allocator_line(d, format_size))
-    eager = data.get("eager") or {}
-    for d in eager.get("devices", []):
-        print(f"eager PyTorch on {d['name']}: measured peak {format_size(d['measured_peak_bytes'])}")
-        if d.get("allocator_peak_bytes") is not None:
-            print(_allocator_line(d, format_size))
-    print(f"step time {data['step_time_s']:.4f} s (eager {eager.get('step_time_s', float('nan')):.4f} s)")
-    numerics = data.get("numerics") or {}
-    print(f"numerics: {'ok' if numerics.get('ok') else 'MISMATCH at ' + str(numerics.get('first_bad_op'))}"
-          f" (max abs diff {numerics.get('max_abs_diff')})")
-    graph = result.graph  # traced for the device it ran on: a CPU capture has other ops on a GPU
-    baselines = {"planned peak (max over devices)": result.plan.max_peak_bytes}
-    eager_peaks = [d["measured_peak_bytes"] for d in eager.get("devices", [])]
-    if eager_peaks:
-        baselines["eager PyTorch, measured (max over devices)"] = max(eager_peaks)
-    report = _write_plan_report(graph, result.plan, out, baselines, measurement=data)
-    print(f"plan, measurement and report written to {out} ({report.name})")
-    return 0 if numerics.get("ok", True) else 1
-
-
-def _allocator_line(d: dict[str, Any], format_size: Callable[[int], str]) -> str:
-    """How a GPU's measured peak came about: which number it is, the raw allocator peaks, the base."""
-    shared = d.get("shared_with") or ()
-    how = (f"tracked live bytes, the GPU is shared with {', '.join(shared)}" if shared
-           else "max_memory_allocated - base")
-    line = (f"  {d['name']} on {d.get('torch_device', d['name'])}: measured = {how}; raw allocator peak "
-            f"{format_size(d['allocator_peak_bytes'])}, base {format_size(d.get('allocator_base_bytes') or 0)}, "
-            f"requested above base {format_size(d.get('requested_peak_bytes') or 0)}, raw reserved peak "
-            f"{format_size(d.get('reserved_peak_bytes') or 0)}")
-    if d.get("transient_peak_bytes"):
-        line += f", computed outside the arena {format_size(d['transient_peak_bytes'])}"
-    return line
+    outcome = run_into_folder(config, args.out, arena=not args.no_arena, steps=args.steps, warmup=args.warmup)
+    print(measurement_text(outcome.measurement))
+    print(f"plan, measurement and report written to {outcome.out} ({outcome.report.name})")
+    return outcome.exit_code
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from mpplan.cluster import run_search
     from mpplan.config import load_config
+    from mpplan.workflows import report_best
 
     config = load_config(args.config, args.set)
     summary = run_search(config, address=args.address, resume=args.resume, out=args.out, progress=not args.quiet)
     print(summary.text())
-    if summary.best is not None and summary.best_plan is not None:
-        _write_best_timeline(config, summary.best.overrides, summary.best_plan)
-        print(f"report: {_report_folder(summary.out, html=False)}")
+    report = report_best(config, summary)
+    if report is not None:
+        print(f"report: {report}")
     return 0
 
 
-def _write_best_timeline(config, overrides: dict, plan_path: Path) -> None:
-    """``timeline.json`` beside the search's best plan, from the graph of the best point's config."""
-    from mpplan.capture import graph_from_config
-    from mpplan.cluster.space import base_raw, candidate_config
-    from mpplan.plan import load_plan, write_json_atomic
-    from mpplan.timeline import timeline
-
-    best_config = candidate_config(base_raw(config), tuple(overrides.items()), config.source)
-    line = timeline(graph_from_config(best_config), load_plan(plan_path))
-    write_json_atomic(line.to_dict(), plan_path.parent / "timeline.json")
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
-    from mpplan.plan import check_plan_graph, load_plan
-    from mpplan.verify import truth_from_config, verify
+    from mpplan.workflows import verify_file
 
-    plan = load_plan(args.plan)
-    truth = None
-    if args.config and _is_config(Path(args.config)):
-        from mpplan.capture import graph_from_config
-        from mpplan.config import load_config
-
-        config = load_config(args.config, args.set)
-        graph = graph_from_config(config)
-        truth = truth_from_config(config)
-    else:
-        graph = _graph_from(args.config or args.graph, args.set)
-    check_plan_graph(plan, graph, args.plan)
-    report = verify(graph, plan, truth=truth)
-    line = f"{args.plan}: ok ({report.ops} ops, {report.buffers} buffers, {report.devices} devices)"
-    if report.trusted:
-        line += f"; taken on trust from the plan: {', '.join(report.trusted)} (pass --config to check them)"
-    print(line)
+    print(verify_file(args.plan, graph=args.graph, config=args.config, overrides=args.set).text())
     return 0
 
 
@@ -363,29 +241,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     print(json.dumps(export(load_plan(args.plan), args.format), indent=1))
     return 0
-
-
-def _graph_from(source: str, overrides: Sequence[str]) -> Graph:
-    """A config (a mapping with ``model``) builds its model; anything else is a graph file."""
-    from mpplan.capture import graph_from_config
-    from mpplan.capture.graph_file import load_graph
-    from mpplan.config import load_config
-
-    if _is_config(Path(source)):
-        return graph_from_config(load_config(source, overrides))
-    return load_graph(source)
-
-
-def _is_config(path: Path) -> bool:
-    if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
-        return False
-    from mpplan.reading import DocumentError, load_yaml, read_text
-
-    try:
-        data = load_yaml(read_text(path))
-    except (OSError, DocumentError):  # not a readable config: the graph-file reader says why
-        return False
-    return isinstance(data, dict) and "model" in data
 
 
 if __name__ == "__main__":

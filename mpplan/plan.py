@@ -6,6 +6,8 @@ storage lives in its device's arena, and the predicted memory per device.
 Every field but ``planner.seconds`` is a deterministic function of the inputs.
 ``module_devices`` (an extension of the DESIGN schema) maps each module path to
 the device of its first forward op, in forward order: what exports need.
+``settings`` and ``remat`` are typed records (``mpplan.plan_records``) that read as the
+mappings ``plan.json`` holds.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from typing import Any
 
 from mpplan.durable import write_json
 from mpplan.errors import PlanError
-from mpplan.reading import DocumentError, load_json, read_text
+from mpplan.plan_records import PlanSettings, RematRecord
+from mpplan.reading import load_json, read_document
 
 SCHEMA = "mpplan.plan/1"
+
+__all__ = ["SCHEMA", "Buffer", "Copy", "DevicePlan", "Plan", "PlanSettings", "RematRecord", "check_plan_graph",
+           "load_plan", "save_plan", "write_json_atomic"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +71,20 @@ class Plan:
     placement: dict[str, str]
     buffers: dict[str, Buffer]
     copies: tuple[Copy, ...] = ()
-    remat: tuple[dict[str, Any], ...] = ()
+    remat: tuple[RematRecord, ...] = ()
     max_peak_bytes: int = 0
     cross_device_bytes: int = 0
     compute_overhead: float = 0.0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: PlanSettings = field(default_factory=PlanSettings)
     seconds: dict[str, float] = field(default_factory=dict)
     module_devices: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the mapping forms (plan.json's, and older callers' dicts) become the typed records
+        if not isinstance(self.settings, PlanSettings):
+            object.__setattr__(self, "settings", PlanSettings.from_mapping(self.settings))
+        if not all(isinstance(r, RematRecord) for r in self.remat):
+            object.__setattr__(self, "remat", tuple(RematRecord.from_mapping(r) for r in self.remat))
 
     def device(self, name: str) -> DevicePlan:
         for d in self.devices:
@@ -105,13 +118,13 @@ class Plan:
                 {"name": c.name, "tensor": c.tensor, "src": c.src, "dst": c.dst, "bytes": c.bytes} for c in self.copies
             ],
             "buffers": {t: {"device": b.device, "offset": b.offset, "bytes": b.bytes} for t, b in self.buffers.items()},
-            "remat": [dict(r) for r in self.remat],
+            "remat": [r.to_dict() for r in self.remat],
             "predicted": {
                 "max_peak_bytes": self.max_peak_bytes,
                 "cross_device_bytes": self.cross_device_bytes,
                 "compute_overhead": self.compute_overhead,
             },
-            "planner": {"settings": dict(self.settings), "seconds": dict(self.seconds)},
+            "planner": {"settings": self.settings.to_dict(), "seconds": dict(self.seconds)},
             "module_devices": dict(self.module_devices),
         }
 
@@ -165,11 +178,14 @@ class Plan:
             placement={str(k): reader.string(v, f"placement.{k}") for k, v in placement.items()},
             buffers=buffers,
             copies=copies,
-            remat=tuple(dict(r) for r in reader.items(data.get("remat", []), "remat")),
+            remat=tuple(
+                RematRecord.from_mapping(r, source, f"remat[{i}]")
+                for i, r in enumerate(reader.items(data.get("remat", []), "remat"))
+            ),
             max_peak_bytes=reader.integer(predicted.get("max_peak_bytes", 0), "predicted.max_peak_bytes"),
             cross_device_bytes=reader.integer(predicted.get("cross_device_bytes", 0), "predicted.cross_device_bytes"),
             compute_overhead=reader.number(predicted.get("compute_overhead", 0.0), "predicted.compute_overhead"),
-            settings=dict(reader.mapping(planner.get("settings", {}), "planner.settings")),
+            settings=PlanSettings.from_mapping(reader.mapping(planner.get("settings", {}), "planner.settings"), source),
             seconds={
                 str(k): reader.number(v, f"planner.seconds.{k}")
                 for k, v in reader.mapping(planner.get("seconds", {}), "planner.seconds").items()
@@ -189,13 +205,7 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
 def load_plan(path: str | Path) -> Plan:
     """Read and check a ``plan.json``; ``PlanError`` names the file and the field on bad input."""
     path = Path(path)
-    try:
-        data = load_json(read_text(path))
-    except FileNotFoundError:
-        raise PlanError(f"{path}: file not found") from None
-    except DocumentError as exc:
-        raise PlanError(f"{path}: {exc}") from None
-    return Plan.from_dict(data, str(path))
+    return Plan.from_dict(read_document(path, load_json, PlanError), str(path))
 
 
 def check_plan_graph(plan: Plan, graph: Any, source: str) -> None:

@@ -23,7 +23,7 @@ from mpplan.passes.liveness import Liveness, live_ranges
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
 from mpplan.passes.remat.fit import Fitted, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops
-from mpplan.plan import Buffer, DevicePlan, Plan
+from mpplan.plan import Buffer, DevicePlan, Plan, PlanSettings, RematRecord
 from mpplan.progress import progress
 
 _SHARED_OBJECTS: dict[str, ObjectAlgorithm] = {"shared_greedy": "greedy", "shared_dp": "dp"}
@@ -155,10 +155,12 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         copies=placed.copies,
         max_peak_bytes=max(d.peak_bytes for d in device_plans),
         cross_device_bytes=placed.cross_device_bytes,
-        settings={**settings.to_dict(), "placement_chosen": chosen, **_remat_chosen(rematted)},
+        settings=PlanSettings.from_mapping(
+            {**settings.to_dict(), "placement_chosen": chosen, **_remat_chosen(rematted)}
+        ),
         seconds=seconds,
         module_devices=module_devices(placed),
-        remat=rematted.plan_records() if rematted else (),
+        remat=tuple(RematRecord.from_mapping(r) for r in rematted.plan_records()) if rematted else (),
         compute_overhead=rematted.compute_overhead if rematted else 0.0,
     )
 
@@ -196,9 +198,11 @@ def _with_remat(graph: Graph, fitted: Fitted[Plan], settings: PlannerSettings, s
         inner,
         graph_name=graph.name,
         graph_hash=graph.content_hash,
-        settings={**settings.to_dict(), "placement_chosen": inner.settings.get("placement_chosen"), **chosen},
+        settings=PlanSettings.from_mapping(
+            {**settings.to_dict(), "placement_chosen": inner.settings.get("placement_chosen"), **chosen}
+        ),
         seconds=timing,
-        remat=result.plan_records(),
+        remat=tuple(RematRecord.from_mapping(r) for r in result.plan_records()),
         compute_overhead=result.compute_overhead,
     )
 

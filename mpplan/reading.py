@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -39,6 +39,8 @@ MAX_FILE_BYTES = 256 * 2**20
 MAX_DEPTH = 64
 #: Most nodes that YAML aliases may add to a document beyond the nodes it spells out.
 MAX_ALIAS_NODES = 1_000_000
+
+T = TypeVar("T")
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the same rules, faster
 _MERGE = "tag:yaml.org,2002:merge"
@@ -69,6 +71,25 @@ def read_text(path: str | os.PathLike[str]) -> str:
         raise DocumentError(
             f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the file as UTF-8"
         ) from None
+
+
+def read_document(path: str | os.PathLike[str], parse: Callable[[str], T], error: Callable[[str], Exception]) -> T:
+    """``parse`` of the user's file at ``path``; a missing or unreadable file raises ``error("<path>: <what>")``.
+
+    Each reader raises its own error class (``ConfigError``, ``PlanError``, ...) naming the
+    file, so the one line a user sees is ``<path>: file not found`` or ``<path>: <what>``.
+
+    >>> read_document("/no/such/file.yaml", load_yaml, LookupError)
+    Traceback (most recent call last):
+    ...
+    LookupError: /no/such/file.yaml: file not found
+    """
+    try:
+        return parse(read_text(path))
+    except FileNotFoundError:
+        raise error(f"{path}: file not found") from None
+    except DocumentError as exc:
+        raise error(f"{path}: {exc}") from None
 
 
 def load_json(text: str) -> Any:

@@ -19,7 +19,7 @@ def config_reference() -> str:
         rows.append(f"| `{key}` | {kind.replace('|', '&#124;')} | {default.replace('|', '&#124;')} | {doc} |")
     return (
         "# Configuration reference\n\n"
-        "Generated from `mpplan/config.py` by `python scripts/gen_docs.py`; a test keeps it in step with the code.\n"
+        "Generated from `mpplan/config/schema.py` by `python scripts/gen_docs.py`; a test keeps it in step with the code.\n"
         "Sizes accept `16GiB`, `512MB` or integers. Any key can be overridden with `--set dotted.key=value`.\n"
         "YAML is read with a safe loader only; `model.torch.factory` imports and calls user code by design, "
         "so run configs you trust.\n"
@@ -31,9 +31,9 @@ def config_reference() -> str:
 
 
 def cli_reference() -> str:
-    from mpplan.cli import _parser
+    from mpplan.cli import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     parts = ["# CLI reference\n", "Generated from `mpplan/cli.py` by `python scripts/gen_docs.py`.\n",
              "Exit codes: 0 ok, 1 verification failed, 2 bad input (one line naming file and field), "
              "3 the plan does not fit (the best infeasible plan is still written), 4 a measurement crashed "

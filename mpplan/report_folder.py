@@ -15,7 +15,7 @@ from typing import Any
 
 from mpplan.durable import remove_stale_temps
 from mpplan.errors import MpplanError, PlanError
-from mpplan.reading import DocumentError, load_json, read_text
+from mpplan.reading import DocumentError, load_json, read_document
 
 #: Errors a renderer raises on fields of the wrong shape in files it was handed.
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -69,7 +69,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     from mpplan.cluster.records import Result
 
     results = []
-    for number, line in enumerate(_read(path).splitlines(), start=1):
+    for number, line in enumerate(read_document(path, str, PlanError).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -87,19 +87,7 @@ def _optional(path: Path) -> dict[str, Any] | None:
     """A JSON mapping beside the plan, or None when the file is not there."""
     if not path.is_file():
         return None
-    try:
-        data = load_json(_read(path))
-    except DocumentError as exc:
-        raise PlanError(f"{path}: {exc}") from None
+    data = read_document(path, load_json, PlanError)
     if not isinstance(data, dict):
         raise PlanError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
-
-
-def _read(path: Path) -> str:
-    try:
-        return read_text(path)
-    except FileNotFoundError:
-        raise PlanError(f"{path}: file not found") from None
-    except DocumentError as exc:
-        raise PlanError(f"{path}: {exc}") from None

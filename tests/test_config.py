@@ -130,3 +130,52 @@ def test_schema_lists_every_key():
     keys = {row[0] for row in schema_fields(Config)}
     assert {"model.torch.factory", "devices[].capacity", "planner.alignment", "output.dir"} <= keys
     assert all(row[3] for row in schema_fields(Config)), "every key is documented"
+
+
+PUBLIC = (
+    "Config Device DeviceSpec GENERATORS GraphModel MAX_AXIS_VALUES MAX_DEVICES MAX_GRID MAX_INT MAX_SYNTHETIC_UNITS "
+    "ModelSection OutputSection PlannerSection RematSection SearchMeasureSection SearchSection ShiftSection Size "
+    "TorchModel apply_override axis_generator axis_values batch_axis_key capacity_fraction format_override "
+    "load_config parse_budget parse_config resolve_devices schema_fields"
+).split()
+
+
+def test_the_package_keeps_every_public_name_of_the_old_module():
+    import mpplan.config
+
+    assert sorted(mpplan.config.__all__) == sorted(PUBLIC)
+    assert all(getattr(mpplan.config, name, None) is not None for name in PUBLIC)
+
+
+def test_no_pass_imports_the_config_and_config_modules_stay_small():
+    """Passes read budgets through mpplan.budget: the config sits above them, not below."""
+    import ast
+    from pathlib import Path
+
+    import mpplan
+
+    root = Path(mpplan.__file__).parent
+    for path in (root / "passes").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not any(n == "mpplan.config" or n.startswith("mpplan.config.") for n in names), path
+    for path in (root / "config").glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 400, path
+
+
+def test_budget_forms():
+    from mpplan.budget import capacity_fraction, parse_budget
+
+    assert parse_budget("1KiB") == 1024 and parse_budget(0.5) == 0.5 and parse_budget(64) == 64
+    assert capacity_fraction("0.9 capacity") == 0.9 and capacity_fraction("90% of the capacity") == 0.9
+    assert capacity_fraction("16GiB") is None and capacity_fraction(0.9) is None
+    for bad in (0.0, 1.5, 0, "-1", True):
+        with pytest.raises(ValueError):
+            parse_budget(bad)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        capacity_fraction("120% capacity")

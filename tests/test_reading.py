@@ -87,3 +87,22 @@ def test_read_text_refuses_what_is_not_a_utf8_file(tmp_path):
         read_text(tmp_path / "l.yaml")
     (tmp_path / "bom.yaml").write_bytes(b"\xef\xbb\xbfa: 1\n")
     assert load_yaml(read_text(tmp_path / "bom.yaml")) == {"a": 1}
+
+
+def test_read_document_names_the_path_in_the_callers_error(tmp_path):
+    from mpplan.errors import ConfigError, PlanError
+    from mpplan.reading import load_json, load_yaml, read_document
+
+    good = tmp_path / "a.json"
+    good.write_text('{"a": 1}')
+    assert read_document(good, load_json, PlanError) == {"a": 1}
+    assert read_document(good, str, PlanError) == '{"a": 1}'
+    with pytest.raises(PlanError, match=r"^.*missing\.json: file not found$"):
+        read_document(tmp_path / "missing.json", load_json, PlanError)
+    bad = tmp_path / "b.yaml"
+    bad.write_text("a: 1\na: 2\n")
+    with pytest.raises(ConfigError) as caught:
+        read_document(bad, load_yaml, ConfigError)
+    assert str(caught.value) == f"{bad}: line 2, column 1: key 'a' is given twice in one mapping"
+    with pytest.raises(ConfigError, match="cannot read: Is a directory"):
+        read_document(tmp_path, load_yaml, ConfigError)

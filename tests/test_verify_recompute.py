@@ -114,5 +114,7 @@ def test_the_verifier_imports_none_of_what_it_checks() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     loaded = set(ast.literal_eval(out))
     allowed = {"mpplan.config", "mpplan.errors", "mpplan.graph", "mpplan.plan", "mpplan.units", "mpplan.reading",
-               "mpplan.durable", "mpplan.json_text"}
+               "mpplan.durable", "mpplan.json_text", "mpplan.plan_records"}
+    # the config is a package: its modules, and the budget parser it re-exports, are the config loader
+    loaded = {m for m in loaded if not m.startswith("mpplan.config.") and m != "mpplan.budget"}
     assert loaded <= allowed, loaded

@@ -188,7 +188,7 @@ def resolve_budget(budget: float | str, baseline: int) -> int:
     """Bytes of a budget given as bytes, a size string or a fraction of ``baseline``
     (``ConfigError`` for anything else)."""
     if isinstance(budget, str):
-        from mpplan.config import parse_budget
+        from mpplan.budget import parse_budget
 
         try:
             budget = parse_budget(budget)

@@ -1,0 +1,99 @@
+"""``mpplan plan`` as a function: plan a config into its folder, verified, with the report beside it.
+
+The plan is verified before it is written (capacities aside: a plan that does not fit is
+still a correct plan, and the best one found is what a user sizes the devices by).  An
+infeasible remat budget writes the best infeasible plan and returns the refusal as data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpplan import sim
+from mpplan.config import Config, resolve_devices
+from mpplan.errors import ConfigError
+from mpplan.graph import Graph
+from mpplan.outputs import output_folder
+from mpplan.passes.remat import RematInfeasibleError
+from mpplan.plan import Plan, save_plan, write_json_atomic
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """What ``plan_into_folder`` made and wrote.
+
+    ``refused`` is the remat pass's refusal when the budget is infeasible: ``plan`` is then
+    the best infeasible plan, and there are no baselines and no report.  ``oversized_op`` is
+    an op whose activations alone exceed every device, when the plan does not fit.
+    """
+
+    plan: Plan
+    path: Path
+    baselines: dict[str, int] = field(default_factory=dict)
+    report: Path | None = None
+    refused: RematInfeasibleError | None = None
+    oversized_op: tuple[str, int] | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the plan fits; 3 when it does not, or the remat budget was refused."""
+        if self.refused is not None:
+            return self.refused.exit_code
+        return 3 if self.plan.misfits else 0
+
+
+def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
+    """Plan ``config`` on its devices and write the results into ``out`` (default: ``<output.dir>/plan``).
+
+    Writes ``plan.json`` (verified), ``timeline.json``, ``baselines.json`` and ``report.md``;
+    ``ConfigError`` when the config names no device.
+    """
+    from mpplan.capture import graph_from_config
+    from mpplan.planner import PlannerSettings, plan
+    from mpplan.verify import verify
+
+    devices = resolve_devices(config)
+    if not devices:
+        raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
+    folder = output_folder("plan", out, config.output.dir)
+    graph = graph_from_config(config)
+    settings = PlannerSettings.from_config(config.planner)
+    try:
+        result = plan(graph, devices, settings)
+    except RematInfeasibleError as exc:
+        if exc.plan is None:
+            raise
+        verify(graph, exc.plan, check_capacity=False)
+        return PlanOutcome(exc.plan, save_plan(exc.plan, folder / "plan.json"), refused=exc)
+    verify(graph, result, check_capacity=False)  # a misfit is still a correct plan
+    path = save_plan(result, folder / "plan.json")
+    static = sim.static_bytes(graph)
+    baselines = {
+        "one device, as-given order, no sharing": static + sim.no_sharing_bytes(graph),
+        "one device, as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
+    }
+    if result.remat:
+        without = plan(graph, devices, dataclasses.replace(settings, remat="none"))
+        baselines["these settings without recomputation"] = without.max_peak_bytes
+    baselines["this plan"] = result.max_peak_bytes
+    report = write_plan_report(graph, result, folder, baselines, figures=False)
+    oversized = None
+    if result.misfits:
+        op, touched = sim.largest_op(graph)
+        if op is not None and touched > max(d.capacity_bytes for d in result.devices):
+            oversized = (op, touched)
+    return PlanOutcome(result, path, baselines, report, oversized_op=oversized)
+
+
+def write_plan_report(graph: Graph, plan: Plan, out: Path, baselines: dict[str, int], **extra: Any) -> Path:
+    """``timeline.json``, ``baselines.json`` and the report of ``plan`` in ``out``; the report's path."""
+    from mpplan.report import write_report
+    from mpplan.timeline import timeline
+
+    line = timeline(graph, plan)
+    write_json_atomic(line.to_dict(), out / "timeline.json")
+    write_json_atomic(baselines, out / "baselines.json")
+    return write_report(out, plan, timeline=line, baselines=baselines, **extra)
