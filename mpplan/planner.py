@@ -19,7 +19,7 @@ from mpplan.passes import place
 from mpplan.passes.assign import ObjectAlgorithm, OffsetAlgorithm, assign_offsets, share_objects
 from mpplan.passes.concurrency import dag_may_share
 from mpplan.passes.copies import Placed, inject_copies, legalize
-from mpplan.passes.liveness import Liveness, live_ranges
+from mpplan.liveness import Liveness, live_ranges
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
 from mpplan.passes.remat.fit import Fitted, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops

@@ -31,7 +31,7 @@ from mpplan.passes.assign_heuristics import best_fit, greedy_by_size
 from mpplan.passes.assign_search import search_offsets
 from mpplan.passes.assign_skyline import RANK_RULES, busiest_load, rank_by, skyline
 from mpplan.passes.assign_squeaky import round_cost, squeaky_wheel
-from mpplan.passes.liveness import LiveRange
+from mpplan.liveness import LiveRange
 from mpplan.sim import load as sim_load
 
 Record = tuple[int, int, int]
@@ -552,7 +552,7 @@ def test_auto_packs_random_layered_graphs_near_load(size: str) -> None:
 
 
 def _records_in_order(graph, order) -> list[Record]:
-    from mpplan.passes.liveness import live_ranges
+    from mpplan.liveness import live_ranges
 
     liveness = live_ranges(graph, order)
     return [(r.nbytes, r.first, r.last) for r in liveness.ranges]

@@ -28,7 +28,7 @@ from mpplan import sim
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph, Kind, is_pure_view
 from mpplan.passes.copies import Placed, inject_copies, legalize
-from mpplan.passes.liveness import live_ranges
+from mpplan.liveness import live_ranges
 
 
 # --- completing a partial placement ------------------------------------------------------------
