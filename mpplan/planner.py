@@ -9,15 +9,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Mapping, Sequence
 
 from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, with_dynamic_grads
 from mpplan.passes import place
-from mpplan.passes.assign import ObjectAlgorithm, OffsetAlgorithm, assign_offsets, share_objects
-from mpplan.passes.concurrency import dag_may_share
+from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.liveness import Liveness, live_ranges
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
@@ -25,8 +24,6 @@ from mpplan.passes.remat.fit import Fitted, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan
 from mpplan.progress import progress
-
-_SHARED_OBJECTS: dict[str, ObjectAlgorithm] = {"shared_greedy": "greedy", "shared_dp": "dp"}
 
 #: Graphs of at least this many ops get a planning progress bar (on a terminal).
 PROGRESS_MIN_OPS = 20_000
@@ -136,7 +133,13 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
             liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
             liveness_s += _lap(clock)
             clock = time.perf_counter()
-            arena = assign_arena(placed.graph, liveness, settings)
+            arena = assign_arena(
+                placed.graph,
+                liveness,
+                assigner=settings.assign,
+                alignment=settings.alignment,
+                parallel_safe=settings.parallel_safe,
+            )
             assign_s += _lap(clock)
             device_plans.append(_device_plan(device, liveness, arena.arena))
             for s, offset in sorted(arena.offsets.items()):
@@ -361,41 +364,6 @@ def auto_shift(
     return current
 
 
-@dataclass(frozen=True, slots=True)
-class Arena:
-    """Offsets of one device's dynamic storages (by storage id) and the arena size."""
-
-    offsets: dict[int, int]
-    sizes: dict[int, int]
-    arena: int
-
-
-def assign_arena(graph: Graph, liveness: Liveness, settings: PlannerSettings) -> Arena:
-    """Offsets for the ranges in ``liveness`` by the configured algorithm."""
-    ranges = liveness.ranges
-    records = [(r.nbytes, r.first, r.last) for r in ranges]
-    storages = [r.storage for r in ranges]
-    may_share = dag_may_share(graph, storages) if settings.parallel_safe else None
-    align = settings.alignment
-    if settings.assign in _SHARED_OBJECTS:
-        objects = share_objects(records, algorithm=_SHARED_OBJECTS[settings.assign], may_share=may_share, alignment=align)
-        starts, total = [], 0
-        for size in objects.object_sizes:
-            starts.append(total)
-            total += size
-        offsets = [starts[o] for o in objects.object_of]
-        arena = total
-    else:
-        # A name, not yet a choice: assign_offsets rejects one outside OFFSET_ALGORITHMS.
-        algorithm = cast(OffsetAlgorithm, "search" if settings.assign == "exact" else settings.assign)
-        offsets, arena = assign_offsets(records, alignment=align, algorithm=algorithm, may_share=may_share)
-    return Arena(
-        offsets={s: off for s, off in zip(storages, offsets)},
-        sizes={s: _round_up(r.nbytes, align) for s, r in zip(storages, ranges)},
-        arena=arena,
-    )
-
-
 def module_devices(placed: Placed) -> dict[str, str]:
     """Module path -> device of its first forward op making storage, in schedule order; then the
     modules owning parameters (by the parameter's name), with the parameter's home."""
@@ -420,10 +388,6 @@ def placed_graph(graph: Graph, plan_: Plan) -> Placed:
     index = graph.topology.op_index
     order = [index[name] for name in plan_.schedule if name in index]
     return inject_copies(graph, order, [plan_.placement[op.name] for op in graph.ops])
-
-
-def _round_up(n: int, align: int) -> int:
-    return -(-n // align) * align
 
 
 def _lap(start: float) -> float:
