@@ -15,7 +15,7 @@ from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, with_dynamic_grads
-from mpplan.passes import place
+from mpplan.passes.place import PlacementOptions, choose_placement, forward_ops
 from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.liveness import Liveness, live_ranges
@@ -117,7 +117,8 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         seconds["schedule"] = _lap(clock)
         bar.update(note="place")
         clock = time.perf_counter()
-        op_device, chosen = choose_placement(graph, order, devices, settings)
+        capacity = {d.name: d.usable for d in devices}
+        op_device, chosen = choose_placement(graph, order, capacity, settings.placement, _placement_options(settings))
         op_device = legalize(graph, order, op_device)
         seconds["place"] = _lap(clock)
         bar.update(note="copies")
@@ -214,6 +215,16 @@ def _budget(settings: PlannerSettings, devices: Sequence[Device]) -> Any:
     return int(fraction * min(d.capacity for d in devices))
 
 
+def _placement_options(settings: PlannerSettings) -> PlacementOptions:
+    return PlacementOptions(
+        device_map=settings.device_map,
+        no_split=settings.no_split,
+        shift_activations=settings.shift_activations,
+        shift_from=settings.shift_from,
+        shift_to=settings.shift_to,
+    )
+
+
 def _remat(graph: Graph, settings: PlannerSettings) -> RematResult:
     return remat(
         graph,
@@ -274,101 +285,11 @@ def rematerialised(graph: Graph, plan_: Plan) -> Graph:
     return apply_recompute(graph, dict.fromkeys(r["op"] for r in plan_.remat))
 
 
-def choose_placement(
-    graph: Graph, order: Sequence[int], devices: Sequence[Device], settings: PlannerSettings
-) -> tuple[tuple[str, ...], str]:
-    """The op devices for the configured strategy; ``auto`` keeps the best that fits."""
-    names = [d.name for d in devices]
-    capacity = {d.name: d.usable for d in devices}
-    kind = settings.placement
-    if kind == "single" or len(devices) == 1:
-        return place.place_single(graph, names[0]), "single"
-    if kind == "manual":
-        return place.place_manual(graph, order, names, settings.device_map), "manual"
-    if kind == "pipeline":
-        return place.place_pipeline(graph, order, capacity, no_split=settings.no_split), "pipeline"
-    if kind == "shift":
-        return shift_placement(graph, order, devices, settings), "shift"
-    candidates = {
-        "single": place.place_single(graph, names[0]),
-        "pipeline": place.place_pipeline(graph, order, capacity, no_split=settings.no_split),
-    }
-    if settings.device_map:
-        candidates["manual"] = place.place_manual(graph, order, names, settings.device_map)
-    scored = {name: _score(graph, order, op_device, capacity) for name, op_device in candidates.items()}
-    # Shift moves activations between two devices only: on more devices it is tried when the
-    # pipeline does not fit, since its greedy search costs many exact evaluations.
-    if len(devices) == 2 or scored["pipeline"][0] > 1.0:
-        candidates["shift"] = shift_placement(graph, order, devices, settings)
-        scored["shift"] = _score(graph, order, candidates["shift"], capacity)
-    best = min(scored, key=lambda n: (scored[n][0] > 1.0, scored[n]))
-    return candidates[best], best
-
-
-def _score(graph: Graph, order: Sequence[int], op_device: Sequence[str], capacity: Mapping[str, int]) -> tuple[float, int]:
-    """(worst peak / capacity, cross-device bytes) of a placement, exactly after copies."""
-    load = place.device_loads(graph, order, op_device, list(capacity))
-    return place.worst_ratio(load, capacity), load.placed.cross_device_bytes
-
-
-def shift_placement(
-    graph: Graph, order: Sequence[int], devices: Sequence[Device], settings: PlannerSettings
-) -> tuple[str, ...]:
-    """Everything on ``from``, then the named (or automatically chosen) activations moved to ``to``."""
-    names = [d.name for d in devices]
-    src = settings.shift_from or names[0]
-    dst = settings.shift_to or (names[1] if len(names) > 1 else names[0])
-    for key, value in (("from", src), ("to", dst)):
-        if value not in names:
-            raise ConfigError(f"planner.shift.{key}: unknown device {value!r}; devices are {', '.join(names)}")
-    base = place.place_single(graph, src)
-    if settings.shift_activations != "auto":
-        return place.shift(graph, order, base, list(settings.shift_activations), src, dst)
-    return auto_shift(graph, order, base, src, dst, {d.name: d.usable for d in devices})
-
-
-def auto_shift(
-    graph: Graph,
-    order: Sequence[int],
-    base: tuple[str, ...],
-    src: str,
-    dst: str,
-    capacity: Mapping[str, int],
-    *,
-    candidates_per_round: int = 12,
-    max_rounds: int = 32,
-) -> tuple[str, ...]:
-    """Greedily move the activation whose shift lowers the worst device ratio most, while it helps."""
-    chosen: list[str] = []
-    current = base
-    best = _score(graph, order, current, capacity)[0]
-    activations = [t for t in graph.tensors if t.kind is Kind.ACTIVATION and t.alias_of is None]
-    activations.sort(key=lambda t: (-t.nbytes, t.name))
-    for _ in range(max_rounds):
-        trial_best, trial_choice = best, None
-        tried = 0
-        for tensor in activations:
-            if tensor.name in chosen:
-                continue
-            if tried >= candidates_per_round:
-                break
-            tried += 1
-            trial = place.shift(graph, order, base, [*chosen, tensor.name], src, dst)
-            ratio = _score(graph, order, trial, capacity)[0]
-            if ratio < trial_best:
-                trial_best, trial_choice = ratio, (tensor.name, trial)
-        if trial_choice is None:
-            break
-        chosen.append(trial_choice[0])
-        current, best = trial_choice[1], trial_best
-    return current
-
-
 def module_devices(placed: Placed) -> dict[str, str]:
     """Module path -> device of its first forward op making storage, in schedule order; then the
     modules owning parameters (by the parameter's name), with the parameter's home."""
     graph = placed.graph
-    forward = {k for k in place.forward_ops(graph, range(len(graph.ops))) if graph.ops[k].type != "copy"}
+    forward = {k for k in forward_ops(graph, range(len(graph.ops))) if graph.ops[k].type != "copy"}
     modules: dict[str, str] = {}
     topo = graph.topology
     storage_of = topo.storage_of
