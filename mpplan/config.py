@@ -24,8 +24,22 @@ from typing import Any, Literal
 import yaml
 
 from mpplan.errors import ConfigError
+from mpplan.passes.assign.arena import ASSIGNERS
+from mpplan.passes.place.auto import PLACEMENTS
+from mpplan.passes.schedule.registry import SCHEDULERS
 from mpplan.reading import DocumentError, load_yaml, read_text
 from mpplan.units import dtype_bytes, parse_size
+
+# The pass choices come from the pass registries, so a new scheduler, assigner or placement is
+# accepted and documented by registering it; to mypy they are plain strings.
+if typing.TYPE_CHECKING:
+    ScheduleName: typing.TypeAlias = str
+    AssignName: typing.TypeAlias = str
+    PlacementName: typing.TypeAlias = str
+else:
+    ScheduleName = Literal[tuple(SCHEDULERS)]
+    AssignName = Literal[tuple(ASSIGNERS)]
+    PlacementName = Literal[tuple(PLACEMENTS)]
 
 Size = typing.NewType("Size", int)
 """An ``int`` of bytes written as ``16GiB``, ``512MB`` or a plain integer."""
@@ -117,10 +131,10 @@ class RematSection:
 class PlannerSection:
     """How plans are made."""
 
-    schedule: Literal["auto", "as_given", "longest_path", "greedy_free", "least_peak", "dfs", "bfs", "exact"] = _doc(
+    schedule: ScheduleName = _doc(
         "op order heuristic", default="auto"
     )
-    assign: Literal["auto", "greedy_by_size", "best_fit", "search", "exact", "shared_greedy", "shared_dp"] = _doc(
+    assign: AssignName = _doc(
         "offset assignment (search = branch and bound, exact is its alias) or memonger-style shared objects",
         default="auto",
     )
@@ -131,7 +145,7 @@ class PlannerSection:
         "after zero_grad(set_to_none=True)) or static (resident all step, as memonger)",
         default="dynamic",
     )
-    placement: Literal["single", "pipeline", "shift", "manual", "auto"] = _doc(
+    placement: PlacementName = _doc(
         "how ops are spread over the devices", default="auto"
     )
     device_map: dict[str, str] = _doc("manual placement: module path prefix -> device name", default_factory=dict)

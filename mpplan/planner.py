@@ -29,67 +29,91 @@ from mpplan.progress import progress
 PROGRESS_MIN_OPS = 20_000
 
 
+_SECTION = PlannerSection()
+
+#: PlannerSettings fields that sit in a nested section of ``planner:``, by their path there; every other
+#: field has the name of a top-level key.  ``test_planner`` checks the two cover each other exactly.
+SECTION_PATHS: dict[str, tuple[str, ...]] = {
+    "shift_activations": ("shift", "activations"),
+    "shift_from": ("shift", "from_device"),
+    "shift_to": ("shift", "to_device"),
+    "remat": ("remat", "policy"),
+    "remat_threshold": ("remat", "threshold"),
+    "remat_budget": ("remat", "budget"),
+    "remat_solver": ("remat", "solver"),
+    "remat_time_limit_s": ("remat", "time_limit_s"),
+}
+
+
 @dataclass(frozen=True)
 class PlannerSettings:
-    """The planner's knobs (``planner:`` in the config); see ``mpplan.config.PlannerSection``."""
+    """The planner's knobs: ``planner:`` in the config (``mpplan.config.PlannerSection``), flattened.
 
-    schedule: str = "auto"
-    assign: str = "auto"
-    alignment: int = 64
-    parallel_safe: bool = False
-    grads: str = "dynamic"
-    placement: str = "auto"
+    Defaults, ``from_config`` and ``to_dict`` all come from the section's schema, so a
+    new choice (a scheduler, an assigner, a placement) is one registry entry and a new
+    setting one section field plus its field here.
+    """
+
+    schedule: str = _SECTION.schedule
+    assign: str = _SECTION.assign
+    alignment: int = _SECTION.alignment
+    parallel_safe: bool = _SECTION.parallel_safe
+    grads: str = _SECTION.grads
+    placement: str = _SECTION.placement
     device_map: Mapping[str, str] = field(default_factory=dict)
-    no_split: tuple[str, ...] = ()
-    shift_activations: Any = "auto"
-    shift_from: str | None = None
-    shift_to: str | None = None
-    remat: str = "none"
-    remat_threshold: int | None = None
-    remat_budget: float | int | str | None = None
-    remat_solver: str = "auto"
-    remat_time_limit_s: float = 60.0
+    no_split: tuple[str, ...] = _SECTION.no_split
+    shift_activations: Any = _SECTION.shift.activations
+    shift_from: str | None = _SECTION.shift.from_device
+    shift_to: str | None = _SECTION.shift.to_device
+    remat: str = _SECTION.remat.policy
+    remat_threshold: int | None = _SECTION.remat.threshold
+    remat_budget: float | int | str | None = _SECTION.remat.budget
+    remat_solver: str = _SECTION.remat.solver
+    remat_time_limit_s: float = _SECTION.remat.time_limit_s
 
     @classmethod
     def from_config(cls, section: PlannerSection) -> PlannerSettings:
-        return cls(
-            schedule=section.schedule,
-            assign=section.assign,
-            alignment=section.alignment,
-            parallel_safe=section.parallel_safe,
-            grads=section.grads,
-            placement=section.placement,
-            device_map=dict(section.device_map),
-            no_split=tuple(section.no_split),
-            shift_activations=section.shift.activations,
-            shift_from=section.shift.from_device,
-            shift_to=section.shift.to_device,
-            remat=section.remat.policy,
-            remat_threshold=section.remat.threshold,
-            remat_budget=section.remat.budget,
-            remat_solver=section.remat.solver,
-            remat_time_limit_s=section.remat.time_limit_s,
-        )
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value: Any = section
+            for part in SECTION_PATHS.get(f.name, (f.name,)):
+                value = getattr(value, part)
+            values[f.name] = _copied(value, getattr(_SECTION, f.name, None))
+        return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schedule": self.schedule,
-            "assign": self.assign,
-            "alignment": self.alignment,
-            "parallel_safe": self.parallel_safe,
-            "grads": self.grads,
-            "placement": self.placement,
-            "device_map": dict(self.device_map),
-            "no_split": list(self.no_split),
-            "shift": {"activations": self.shift_activations, "from": self.shift_from, "to": self.shift_to},
-            "remat": {
-                "policy": self.remat,
-                "threshold": self.remat_threshold,
-                "budget": self.remat_budget,
-                "solver": self.remat_solver,
-                "time_limit_s": self.remat_time_limit_s,
-            },
-        }
+        """The settings as ``plan.json`` records them: the section's layout and YAML keys."""
+        return _section_dict(self, _SECTION, ())
+
+
+_FIELD_OF_PATH = {path: name for name, path in SECTION_PATHS.items()}
+
+
+def _copied(value: Any, default: Any) -> Any:
+    """A section value as the settings hold it: mappings copied, the list-valued keys as tuples."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(default, tuple):
+        return tuple(value)
+    return value
+
+
+def _section_dict(settings: PlannerSettings, section: Any, prefix: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        default = getattr(section, f.name)
+        key = f.metadata.get("key") or f.name
+        path = (*prefix, f.name)
+        if dataclasses.is_dataclass(default):
+            out[key] = _section_dict(settings, default, path)
+            continue
+        value = getattr(settings, _FIELD_OF_PATH.get(path, f.name))
+        if isinstance(value, Mapping):
+            value = dict(value)
+        elif isinstance(default, tuple):
+            value = list(value)
+        out[key] = value
+    return out
 
 
 def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = PlannerSettings()) -> Plan:

@@ -8,8 +8,9 @@ from mpplan.passes.schedule.heuristics import as_given, bfs, dfs, greedy_free, l
 from mpplan.passes.schedule.memory import TIME_LIMIT, Order, Scheduler
 from mpplan.passes.schedule.searching import auto, exact
 
-#: Every method by name, all with the ``Scheduler`` signature.
+#: Every method by name, all with the ``Scheduler`` signature; the default first, as the config lists them.
 SCHEDULERS: dict[str, Scheduler] = {
+    "auto": auto,
     "as_given": as_given,
     "longest_path": longest_path,
     "greedy_free": greedy_free,
@@ -17,7 +18,6 @@ SCHEDULERS: dict[str, Scheduler] = {
     "dfs": dfs,
     "bfs": bfs,
     "exact": exact,
-    "auto": auto,
 }
 
 
