@@ -1,7 +1,9 @@
 """Compose the passes into a Plan: schedule, place, copies, lifetimes, assignment.
 
-Each stage is a pure function of the graph and what earlier stages decided; this
-module only wires them together, times them, and picks among placements.
+Each stage is a pure function of the graph and what earlier stages decided, in its
+package under ``mpplan.passes``; this module only wires them together, times them,
+and records what they chose.  ``PlannerSettings`` is the config's ``planner:``
+section, flattened.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any, Mapping, Sequence
 from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
-from mpplan.graph import Graph, Kind, with_dynamic_grads
-from mpplan.passes.place import PlacementOptions, choose_placement, forward_ops
+from mpplan.graph import Graph, with_dynamic_grads
+from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
 from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize
 from mpplan.liveness import Liveness, live_ranges
@@ -307,24 +309,6 @@ def rematerialised(graph: Graph, plan_: Plan) -> Graph:
     if not plan_.remat:
         return graph
     return apply_recompute(graph, dict.fromkeys(r["op"] for r in plan_.remat))
-
-
-def module_devices(placed: Placed) -> dict[str, str]:
-    """Module path -> device of its first forward op making storage, in schedule order; then the
-    modules owning parameters (by the parameter's name), with the parameter's home."""
-    graph = placed.graph
-    forward = {k for k in forward_ops(graph, range(len(graph.ops))) if graph.ops[k].type != "copy"}
-    modules: dict[str, str] = {}
-    topo = graph.topology
-    storage_of = topo.storage_of
-    for k, op in enumerate(graph.ops):
-        # view ops run with their base, elsewhere; the cheap tests first, the storage scan only for forward ops
-        if k in forward and op.module and any(storage_of[t] == t for t in topo.op_outputs[k]):
-            modules.setdefault(op.module, placed.op_device[k])
-    for t, tensor in enumerate(graph.tensors):
-        if tensor.kind is Kind.PARAM and "." in tensor.name:
-            modules.setdefault(tensor.name.rsplit(".", 1)[0], placed.storage_device[t])
-    return modules
 
 
 def placed_graph(graph: Graph, plan_: Plan) -> Placed:

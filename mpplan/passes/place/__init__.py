@@ -2,7 +2,8 @@
 
 The package: ``complete`` (anchors to every op), ``manual`` (single, manual),
 ``partition`` (the pipeline's exact DP), ``pipeline``, ``shifting`` (shift and its greedy
-choice), ``scoring`` (every placement judged exactly after copies) and ``auto``
+choice), ``scoring`` (every placement judged exactly after copies), ``modules`` (the device of each module
+path) and ``auto``
 (``PLACEMENTS``, the registry of ``planner.placement`` choices, and ``choose_placement``).
 
 * ``single``: everything on the first device (the baseline every report shows).
@@ -27,6 +28,7 @@ from __future__ import annotations
 from mpplan.passes.place.auto import PLACEMENTS, Placement, PlacementOptions, choose_placement
 from mpplan.passes.place.complete import complete, forward_ops
 from mpplan.passes.place.manual import place_manual, place_single
+from mpplan.passes.place.modules import module_devices
 from mpplan.passes.place.partition import SegmentCost, partition
 from mpplan.passes.place.pipeline import default_units, make_units, optimizer_ops, place_pipeline, pull_tied_readers
 from mpplan.passes.place.scoring import DeviceLoad, device_loads, score, worst_ratio
@@ -45,6 +47,7 @@ __all__ = [
     "device_loads",
     "forward_ops",
     "make_units",
+    "module_devices",
     "optimizer_ops",
     "partition",
     "place_manual",
