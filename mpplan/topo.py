@@ -79,4 +79,3 @@ def topological_order(
                 if not remaining[t]:
                     heapq.heappush(heap, (rank[t], t))
     return order
-

@@ -312,8 +312,6 @@ class _ObjectSearch:
                 stack.append(child)
 
 
-
-
 def share_objects(
     records: Sequence[Record],
     algorithm: ObjectAlgorithm = "greedy",

@@ -103,7 +103,6 @@ def assign_offsets(
     return _portfolio(sizes, first, last, load, may_share, max_nodes, search_always=algorithm == "search")
 
 
-
 def _pieces(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> list[list[int]]:
     """Groups of non-empty records split at steps that no range crosses, in time order;
     each group by index, so that the stages, which break ties by local index, break them by id."""

@@ -73,7 +73,6 @@ def records_load(records: Sequence[Record], alignment: int = 1) -> int:
     return sweep_load(sizes, first, last)
 
 
-
 def normalise(records: Sequence[Record], alignment: int) -> tuple[list[int], list[int], list[int]]:
     """Check the records and alignment; sizes rounded up to the alignment."""
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
@@ -121,4 +120,3 @@ def offset_result(
     clean = tuple(o if s else 0 for o, s in zip(offsets, sizes))
     arena = arena_end(clean, sizes)
     return OffsetAssignment(clean, arena, load, algorithm, proven or arena == load)
-

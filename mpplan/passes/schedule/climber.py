@@ -362,4 +362,3 @@ class Budget:
     @property
     def exhausted(self) -> bool:
         return self.units <= 0 or time.monotonic() >= self.deadline
-

@@ -201,8 +201,6 @@ HEURISTICS: dict[str, Callable[[Memory], Order]] = {
 # --- local search ---------------------------------------------------------------------------------------
 
 
-
-
 def as_given(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Order:
     """The graph's own order, 0..n-1 (always valid: ``Graph.validate`` demands it)."""
     return tuple(range(graph.topology.num_ops))
@@ -233,4 +231,3 @@ def dfs(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Order
 def bfs(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Order:
     """Breadth-first topological order: ops run as they become ready, lower ids first; O(V + E)."""
     return _bfs(Memory.of(graph))
-

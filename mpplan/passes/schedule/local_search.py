@@ -106,5 +106,3 @@ def local_search(mem: Memory, starts: Sequence[Order], rng: random.Random, budge
             for move in reversed(undo):
                 best.apply(move)
     return tuple(best.order), best_load
-
-

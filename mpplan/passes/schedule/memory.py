@@ -26,7 +26,6 @@ class Scheduler(Protocol):
     def __call__(self, graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Order: ...
 
 
-
 @dataclass(frozen=True, slots=True)
 class Memory:
     """The op DAG and the dynamic storages each op touches, in dense local storage ids.
@@ -102,4 +101,3 @@ class Memory:
     def load(self, order: Sequence[int]) -> int:
         """LOAD of ``order``; equals ``sim.order_load`` without building live ranges."""
         return max(self.profile(order), default=0)
-

@@ -34,5 +34,3 @@ def schedule(graph: Graph, method: str = "auto", *, seed: int = 0, time_limit: f
     if time_limit <= 0:
         raise ConfigError(f"schedule time_limit: expected a positive number of seconds, got {time_limit!r}")
     return SCHEDULERS[method](graph, seed=seed, time_limit=time_limit)
-
-

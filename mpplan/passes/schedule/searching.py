@@ -70,5 +70,3 @@ def auto(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Orde
         except SearchLimitError:
             pass  # too wide for an exact order: keep the local search's
     return best
-
-
