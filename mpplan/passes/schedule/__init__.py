@@ -59,13 +59,14 @@ before ``B`` adds its own output.
 
 from __future__ import annotations
 
-from mpplan.passes.schedule.frontiers import SearchLimitError
+from mpplan.passes.schedule.frontiers import DEFAULT_STATE_LIMIT, SearchLimitError, exact_search, min_peak_order
 from mpplan.passes.schedule.heuristics import as_given, bfs, dfs, greedy_free, least_peak, longest_path
 from mpplan.passes.schedule.memory import TIME_LIMIT, Order, Scheduler
 from mpplan.passes.schedule.registry import SCHEDULERS, schedule
 from mpplan.passes.schedule.searching import auto, exact
 
 __all__ = [
+    "DEFAULT_STATE_LIMIT",
     "SCHEDULERS",
     "TIME_LIMIT",
     "Order",
@@ -76,8 +77,10 @@ __all__ = [
     "bfs",
     "dfs",
     "exact",
+    "exact_search",
     "greedy_free",
     "least_peak",
     "longest_path",
+    "min_peak_order",
     "schedule",
 ]
