@@ -17,10 +17,10 @@ from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, with_dynamic_grads
-from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
+from mpplan.liveness import Liveness, live_ranges
 from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize
-from mpplan.liveness import Liveness, live_ranges
+from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
 from mpplan.passes.remat.fit import Fitted, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops

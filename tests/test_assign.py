@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import random_order
 
+from mpplan.liveness import LiveRange
 from mpplan.passes.assign import objects as objects_module
 from mpplan.passes.assign import offsets as offsets_module
 from mpplan.passes.assign import records as records_module
@@ -33,7 +34,6 @@ from mpplan.passes.assign.heuristics import best_fit, greedy_by_size
 from mpplan.passes.assign.search import search_offsets
 from mpplan.passes.assign.skyline import RANK_RULES, busiest_load, rank_by, skyline
 from mpplan.passes.assign.squeaky import round_cost, squeaky_wheel
-from mpplan.liveness import LiveRange
 from mpplan.sim import load as sim_load
 
 Record = tuple[int, int, int]

@@ -18,8 +18,8 @@ from strategies import graphs, layered_graph, random_order
 
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes import schedule as schedule_module
 from mpplan.liveness import check_order, live_ranges
+from mpplan.passes import schedule as schedule_module
 from mpplan.passes.schedule import SCHEDULERS, SearchLimitError, schedule
 from mpplan.passes.schedule import searching
 from mpplan.passes.schedule.climber import Budget, Climber
