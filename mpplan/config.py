@@ -13,6 +13,7 @@ design*: run configs you trust.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -24,22 +25,31 @@ from typing import Any, Literal
 import yaml
 
 from mpplan.errors import ConfigError
-from mpplan.passes.assign.arena import ASSIGNERS
-from mpplan.passes.place.auto import PLACEMENTS
-from mpplan.passes.schedule.registry import SCHEDULERS
 from mpplan.reading import DocumentError, load_yaml, read_text
 from mpplan.units import dtype_bytes, parse_size
 
 # The pass choices come from the pass registries, so a new scheduler, assigner or placement is
-# accepted and documented by registering it; to mypy they are plain strings.
+# accepted and documented by registering it. To mypy they are plain strings; at run time the schema's
+# hints resolve them through ``_pass_choices``, which imports the registries only when a schema is
+# first read: importing the config must not load the passes (the verifier imports it).
 if typing.TYPE_CHECKING:
     ScheduleName: typing.TypeAlias = str
     AssignName: typing.TypeAlias = str
     PlacementName: typing.TypeAlias = str
-else:
-    ScheduleName = Literal[tuple(SCHEDULERS)]
-    AssignName = Literal[tuple(ASSIGNERS)]
-    PlacementName = Literal[tuple(PLACEMENTS)]
+
+
+@functools.cache
+def _pass_choices() -> dict[str, Any]:
+    """The ``Literal`` of each pass registry's names, for ``typing.get_type_hints``."""
+    from mpplan.passes.assign import ASSIGNERS
+    from mpplan.passes.place import PLACEMENTS
+    from mpplan.passes.schedule import SCHEDULERS
+
+    return {
+        "ScheduleName": Literal[tuple(SCHEDULERS)],
+        "AssignName": Literal[tuple(ASSIGNERS)],
+        "PlacementName": Literal[tuple(PLACEMENTS)],
+    }
 
 Size = typing.NewType("Size", int)
 """An ``int`` of bytes written as ``16GiB``, ``512MB`` or a plain integer."""
@@ -636,7 +646,7 @@ def _parse(cls: type, raw: Any, source: str, where: str) -> Any:
     """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {where or '(top level)'}: expected a mapping, got {_type_name(raw)}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, localns=_pass_choices())
     fields = {_yaml_key(f): f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     for key in raw:
         if key not in fields:
@@ -710,7 +720,7 @@ def _convert(hint: Any, value: Any, source: str, key: str) -> Any:
 
 
 def _walk_schema(cls: type, prefix: str, rows: list[tuple[str, str, str, str]]) -> None:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, localns=_pass_choices())
     for f in dataclasses.fields(cls):
         if f.metadata.get("internal"):
             continue

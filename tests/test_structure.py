@@ -168,6 +168,17 @@ def test_every_registered_pass_is_a_config_choice_and_documented(key: str, name:
     assert name in choices
 
 
+def test_importing_the_config_loads_no_pass() -> None:
+    """The config takes its choices from the registries only when a schema is read: the verifier imports
+    the config and must not load what it checks."""
+    import subprocess
+    import sys
+
+    code = "import sys, mpplan.config; print(sorted(m for m in sys.modules if m.startswith('mpplan.passes')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("key", sorted(REGISTRIES))
 def test_the_config_offers_exactly_the_registered_choices(key: str) -> None:
     (row,) = [line for line in config_reference().splitlines() if line.startswith(f"| `planner.{key}` |")]
