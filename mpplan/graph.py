@@ -22,13 +22,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
 
 from mpplan.errors import GraphError
+from mpplan.topo import topological_order
 
 
 class Kind(str, enum.Enum):
@@ -336,22 +336,14 @@ def _dependencies(op_inputs, op_outputs, producer, storage_of) -> tuple[tuple[in
 
 def _check_order(graph: Graph, preds: tuple[tuple[int, ...], ...]) -> None:
     """Reject cycles (naming an op on one), then an op listed before what it needs."""
-    indegree = [len(p) for p in preds]
     succs: list[list[int]] = [[] for _ in preds]
     for k, ps in enumerate(preds):
         for p in ps:
             succs[p].append(k)
-    ready = deque(k for k, d in enumerate(indegree) if d == 0)
-    seen = 0
-    while ready:
-        k = ready.popleft()
-        seen += 1
-        for s in succs[k]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                ready.append(s)
-    if seen < len(preds):
-        stuck = next(k for k, d in enumerate(indegree) if d > 0)
+    reached = topological_order(succs, [len(p) for p in preds])
+    if len(reached) < len(preds):
+        done = set(reached)
+        stuck = next(k for k in range(len(preds)) if k not in done)
         raise GraphError(f"op {graph.ops[stuck].name!r}: lies on a dependency cycle")
     for k, ps in enumerate(preds):
         late = [p for p in ps if p > k]

@@ -1,7 +1,9 @@
 """Compose the passes into a Plan: schedule, place, copies, lifetimes, assignment.
 
-Each stage is a pure function of the graph and what earlier stages decided; this
-module only wires them together, times them, and picks among placements.
+Each stage is a pure function of the graph and what earlier stages decided, in its
+package under ``mpplan.passes``; this module only wires them together, times them,
+and records what they chose.  ``PlannerSettings`` is the config's ``planner:``
+section, flattened.
 """
 
 from __future__ import annotations
@@ -9,90 +11,111 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Mapping, Sequence
 
 from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
 from mpplan.errors import ConfigError
-from mpplan.graph import Graph, Kind, with_dynamic_grads
-from mpplan.passes import place
-from mpplan.passes.assign import ObjectAlgorithm, OffsetAlgorithm, assign_offsets, share_objects
-from mpplan.passes.concurrency import dag_may_share
+from mpplan.graph import Graph, with_dynamic_grads
+from mpplan.liveness import Liveness, live_ranges
+from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize
-from mpplan.passes.liveness import Liveness, live_ranges
+from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
 from mpplan.passes.remat.fit import Fitted, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan, PlanSettings, RematRecord
 from mpplan.progress import progress
 
-_SHARED_OBJECTS: dict[str, ObjectAlgorithm] = {"shared_greedy": "greedy", "shared_dp": "dp"}
-
 #: Graphs of at least this many ops get a planning progress bar (on a terminal).
 PROGRESS_MIN_OPS = 20_000
 
 
+_SECTION = PlannerSection()
+
+#: PlannerSettings fields that sit in a nested section of ``planner:``, by their path there; every other
+#: field has the name of a top-level key.  ``test_planner`` checks the two cover each other exactly.
+SECTION_PATHS: dict[str, tuple[str, ...]] = {
+    "shift_activations": ("shift", "activations"),
+    "shift_from": ("shift", "from_device"),
+    "shift_to": ("shift", "to_device"),
+    "remat": ("remat", "policy"),
+    "remat_threshold": ("remat", "threshold"),
+    "remat_budget": ("remat", "budget"),
+    "remat_solver": ("remat", "solver"),
+    "remat_time_limit_s": ("remat", "time_limit_s"),
+}
+
+
 @dataclass(frozen=True)
 class PlannerSettings:
-    """The planner's knobs (``planner:`` in the config); see ``mpplan.config.PlannerSection``."""
+    """The planner's knobs: ``planner:`` in the config (``mpplan.config.PlannerSection``), flattened.
 
-    schedule: str = "auto"
-    assign: str = "auto"
-    alignment: int = 64
-    parallel_safe: bool = False
-    grads: str = "dynamic"
-    placement: str = "auto"
+    Defaults, ``from_config`` and ``to_dict`` all come from the section's schema, so a
+    new choice (a scheduler, an assigner, a placement) is one registry entry and a new
+    setting one section field plus its field here.
+    """
+
+    schedule: str = _SECTION.schedule
+    assign: str = _SECTION.assign
+    alignment: int = _SECTION.alignment
+    parallel_safe: bool = _SECTION.parallel_safe
+    grads: str = _SECTION.grads
+    placement: str = _SECTION.placement
     device_map: Mapping[str, str] = field(default_factory=dict)
-    no_split: tuple[str, ...] = ()
-    shift_activations: Any = "auto"
-    shift_from: str | None = None
-    shift_to: str | None = None
-    remat: str = "none"
-    remat_threshold: int | None = None
-    remat_budget: float | int | str | None = None
-    remat_solver: str = "auto"
-    remat_time_limit_s: float = 60.0
+    no_split: tuple[str, ...] = _SECTION.no_split
+    shift_activations: Any = _SECTION.shift.activations
+    shift_from: str | None = _SECTION.shift.from_device
+    shift_to: str | None = _SECTION.shift.to_device
+    remat: str = _SECTION.remat.policy
+    remat_threshold: int | None = _SECTION.remat.threshold
+    remat_budget: float | int | str | None = _SECTION.remat.budget
+    remat_solver: str = _SECTION.remat.solver
+    remat_time_limit_s: float = _SECTION.remat.time_limit_s
 
     @classmethod
     def from_config(cls, section: PlannerSection) -> PlannerSettings:
-        return cls(
-            schedule=section.schedule,
-            assign=section.assign,
-            alignment=section.alignment,
-            parallel_safe=section.parallel_safe,
-            grads=section.grads,
-            placement=section.placement,
-            device_map=dict(section.device_map),
-            no_split=tuple(section.no_split),
-            shift_activations=section.shift.activations,
-            shift_from=section.shift.from_device,
-            shift_to=section.shift.to_device,
-            remat=section.remat.policy,
-            remat_threshold=section.remat.threshold,
-            remat_budget=section.remat.budget,
-            remat_solver=section.remat.solver,
-            remat_time_limit_s=section.remat.time_limit_s,
-        )
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value: Any = section
+            for part in SECTION_PATHS.get(f.name, (f.name,)):
+                value = getattr(value, part)
+            values[f.name] = _copied(value, getattr(_SECTION, f.name, None))
+        return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schedule": self.schedule,
-            "assign": self.assign,
-            "alignment": self.alignment,
-            "parallel_safe": self.parallel_safe,
-            "grads": self.grads,
-            "placement": self.placement,
-            "device_map": dict(self.device_map),
-            "no_split": list(self.no_split),
-            "shift": {"activations": self.shift_activations, "from": self.shift_from, "to": self.shift_to},
-            "remat": {
-                "policy": self.remat,
-                "threshold": self.remat_threshold,
-                "budget": self.remat_budget,
-                "solver": self.remat_solver,
-                "time_limit_s": self.remat_time_limit_s,
-            },
-        }
+        """The settings as ``plan.json`` records them: the section's layout and YAML keys."""
+        return _section_dict(self, _SECTION, ())
+
+
+_FIELD_OF_PATH = {path: name for name, path in SECTION_PATHS.items()}
+
+
+def _copied(value: Any, default: Any) -> Any:
+    """A section value as the settings hold it: mappings copied, the list-valued keys as tuples."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(default, tuple):
+        return tuple(value)
+    return value
+
+
+def _section_dict(settings: PlannerSettings, section: Any, prefix: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        default = getattr(section, f.name)
+        key = f.metadata.get("key") or f.name
+        path = (*prefix, f.name)
+        if dataclasses.is_dataclass(default):
+            out[key] = _section_dict(settings, default, path)
+            continue
+        value = getattr(settings, _FIELD_OF_PATH.get(path, f.name))
+        if isinstance(value, Mapping):
+            value = dict(value)
+        elif isinstance(default, tuple):
+            value = list(value)
+        out[key] = value
+    return out
 
 
 def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = PlannerSettings()) -> Plan:
@@ -120,7 +143,8 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         seconds["schedule"] = _lap(clock)
         bar.update(note="place")
         clock = time.perf_counter()
-        op_device, chosen = choose_placement(graph, order, devices, settings)
+        capacity = {d.name: d.usable for d in devices}
+        op_device, chosen = choose_placement(graph, order, capacity, settings.placement, _placement_options(settings))
         op_device = legalize(graph, order, op_device)
         seconds["place"] = _lap(clock)
         bar.update(note="copies")
@@ -136,7 +160,13 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
             liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
             liveness_s += _lap(clock)
             clock = time.perf_counter()
-            arena = assign_arena(placed.graph, liveness, settings)
+            arena = assign_arena(
+                placed.graph,
+                liveness,
+                assigner=settings.assign,
+                alignment=settings.alignment,
+                parallel_safe=settings.parallel_safe,
+            )
             assign_s += _lap(clock)
             device_plans.append(_device_plan(device, liveness, arena.arena))
             for s, offset in sorted(arena.offsets.items()):
@@ -215,6 +245,16 @@ def _budget(settings: PlannerSettings, devices: Sequence[Device]) -> Any:
     return int(fraction * min(d.capacity for d in devices))
 
 
+def _placement_options(settings: PlannerSettings) -> PlacementOptions:
+    return PlacementOptions(
+        device_map=settings.device_map,
+        no_split=settings.no_split,
+        shift_activations=settings.shift_activations,
+        shift_from=settings.shift_from,
+        shift_to=settings.shift_to,
+    )
+
+
 def _remat(graph: Graph, settings: PlannerSettings) -> RematResult:
     return remat(
         graph,
@@ -275,159 +315,12 @@ def rematerialised(graph: Graph, plan_: Plan) -> Graph:
     return apply_recompute(graph, dict.fromkeys(r["op"] for r in plan_.remat))
 
 
-def choose_placement(
-    graph: Graph, order: Sequence[int], devices: Sequence[Device], settings: PlannerSettings
-) -> tuple[tuple[str, ...], str]:
-    """The op devices for the configured strategy; ``auto`` keeps the best that fits."""
-    names = [d.name for d in devices]
-    capacity = {d.name: d.usable for d in devices}
-    kind = settings.placement
-    if kind == "single" or len(devices) == 1:
-        return place.place_single(graph, names[0]), "single"
-    if kind == "manual":
-        return place.place_manual(graph, order, names, settings.device_map), "manual"
-    if kind == "pipeline":
-        return place.place_pipeline(graph, order, capacity, no_split=settings.no_split), "pipeline"
-    if kind == "shift":
-        return shift_placement(graph, order, devices, settings), "shift"
-    candidates = {
-        "single": place.place_single(graph, names[0]),
-        "pipeline": place.place_pipeline(graph, order, capacity, no_split=settings.no_split),
-    }
-    if settings.device_map:
-        candidates["manual"] = place.place_manual(graph, order, names, settings.device_map)
-    scored = {name: _score(graph, order, op_device, capacity) for name, op_device in candidates.items()}
-    # Shift moves activations between two devices only: on more devices it is tried when the
-    # pipeline does not fit, since its greedy search costs many exact evaluations.
-    if len(devices) == 2 or scored["pipeline"][0] > 1.0:
-        candidates["shift"] = shift_placement(graph, order, devices, settings)
-        scored["shift"] = _score(graph, order, candidates["shift"], capacity)
-    best = min(scored, key=lambda n: (scored[n][0] > 1.0, scored[n]))
-    return candidates[best], best
-
-
-def _score(graph: Graph, order: Sequence[int], op_device: Sequence[str], capacity: Mapping[str, int]) -> tuple[float, int]:
-    """(worst peak / capacity, cross-device bytes) of a placement, exactly after copies."""
-    load = place.device_loads(graph, order, op_device, list(capacity))
-    return place.worst_ratio(load, capacity), load.placed.cross_device_bytes
-
-
-def shift_placement(
-    graph: Graph, order: Sequence[int], devices: Sequence[Device], settings: PlannerSettings
-) -> tuple[str, ...]:
-    """Everything on ``from``, then the named (or automatically chosen) activations moved to ``to``."""
-    names = [d.name for d in devices]
-    src = settings.shift_from or names[0]
-    dst = settings.shift_to or (names[1] if len(names) > 1 else names[0])
-    for key, value in (("from", src), ("to", dst)):
-        if value not in names:
-            raise ConfigError(f"planner.shift.{key}: unknown device {value!r}; devices are {', '.join(names)}")
-    base = place.place_single(graph, src)
-    if settings.shift_activations != "auto":
-        return place.shift(graph, order, base, list(settings.shift_activations), src, dst)
-    return auto_shift(graph, order, base, src, dst, {d.name: d.usable for d in devices})
-
-
-def auto_shift(
-    graph: Graph,
-    order: Sequence[int],
-    base: tuple[str, ...],
-    src: str,
-    dst: str,
-    capacity: Mapping[str, int],
-    *,
-    candidates_per_round: int = 12,
-    max_rounds: int = 32,
-) -> tuple[str, ...]:
-    """Greedily move the activation whose shift lowers the worst device ratio most, while it helps."""
-    chosen: list[str] = []
-    current = base
-    best = _score(graph, order, current, capacity)[0]
-    activations = [t for t in graph.tensors if t.kind is Kind.ACTIVATION and t.alias_of is None]
-    activations.sort(key=lambda t: (-t.nbytes, t.name))
-    for _ in range(max_rounds):
-        trial_best, trial_choice = best, None
-        tried = 0
-        for tensor in activations:
-            if tensor.name in chosen:
-                continue
-            if tried >= candidates_per_round:
-                break
-            tried += 1
-            trial = place.shift(graph, order, base, [*chosen, tensor.name], src, dst)
-            ratio = _score(graph, order, trial, capacity)[0]
-            if ratio < trial_best:
-                trial_best, trial_choice = ratio, (tensor.name, trial)
-        if trial_choice is None:
-            break
-        chosen.append(trial_choice[0])
-        current, best = trial_choice[1], trial_best
-    return current
-
-
-@dataclass(frozen=True, slots=True)
-class Arena:
-    """Offsets of one device's dynamic storages (by storage id) and the arena size."""
-
-    offsets: dict[int, int]
-    sizes: dict[int, int]
-    arena: int
-
-
-def assign_arena(graph: Graph, liveness: Liveness, settings: PlannerSettings) -> Arena:
-    """Offsets for the ranges in ``liveness`` by the configured algorithm."""
-    ranges = liveness.ranges
-    records = [(r.nbytes, r.first, r.last) for r in ranges]
-    storages = [r.storage for r in ranges]
-    may_share = dag_may_share(graph, storages) if settings.parallel_safe else None
-    align = settings.alignment
-    if settings.assign in _SHARED_OBJECTS:
-        objects = share_objects(records, algorithm=_SHARED_OBJECTS[settings.assign], may_share=may_share, alignment=align)
-        starts, total = [], 0
-        for size in objects.object_sizes:
-            starts.append(total)
-            total += size
-        offsets = [starts[o] for o in objects.object_of]
-        arena = total
-    else:
-        # A name, not yet a choice: assign_offsets rejects one outside OFFSET_ALGORITHMS.
-        algorithm = cast(OffsetAlgorithm, "search" if settings.assign == "exact" else settings.assign)
-        offsets, arena = assign_offsets(records, alignment=align, algorithm=algorithm, may_share=may_share)
-    return Arena(
-        offsets={s: off for s, off in zip(storages, offsets)},
-        sizes={s: _round_up(r.nbytes, align) for s, r in zip(storages, ranges)},
-        arena=arena,
-    )
-
-
-def module_devices(placed: Placed) -> dict[str, str]:
-    """Module path -> device of its first forward op making storage, in schedule order; then the
-    modules owning parameters (by the parameter's name), with the parameter's home."""
-    graph = placed.graph
-    forward = {k for k in place.forward_ops(graph, range(len(graph.ops))) if graph.ops[k].type != "copy"}
-    modules: dict[str, str] = {}
-    topo = graph.topology
-    storage_of = topo.storage_of
-    for k, op in enumerate(graph.ops):
-        # view ops run with their base, elsewhere; the cheap tests first, the storage scan only for forward ops
-        if k in forward and op.module and any(storage_of[t] == t for t in topo.op_outputs[k]):
-            modules.setdefault(op.module, placed.op_device[k])
-    for t, tensor in enumerate(graph.tensors):
-        if tensor.kind is Kind.PARAM and "." in tensor.name:
-            modules.setdefault(tensor.name.rsplit(".", 1)[0], placed.storage_device[t])
-    return modules
-
-
 def placed_graph(graph: Graph, plan_: Plan) -> Placed:
     """Rebuild the copy-augmented graph a plan describes (for the executor and reports)."""
     graph = rematerialised(graph, plan_)
     index = graph.topology.op_index
     order = [index[name] for name in plan_.schedule if name in index]
     return inject_copies(graph, order, [plan_.placement[op.name] for op in graph.ops])
-
-
-def _round_up(n: int, align: int) -> int:
-    return -(-n // align) * align
 
 
 def _lap(start: float) -> float:

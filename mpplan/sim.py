@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from mpplan.graph import Graph
-from mpplan.passes.liveness import LiveRange, live_ranges
+from mpplan.liveness import LiveRange, live_ranges
 
 
 def live_profile(ranges: Iterable[LiveRange], num_steps: int) -> list[int]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from mpplan import sim
 from mpplan.graph import Graph
-from mpplan.passes.liveness import live_ranges
+from mpplan.liveness import live_ranges
 from mpplan.plan import Plan
 
 

@@ -34,7 +34,7 @@ from mpplan import sim
 from mpplan.capture.graph_file import load_graph
 from mpplan.config import Device
 from mpplan.graph import Graph, Kind
-from mpplan.passes.liveness import live_ranges
+from mpplan.liveness import live_ranges
 from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import evaluate_program

@@ -14,8 +14,8 @@ from benchlib import SHARED_DATA, fit_exponent, human, log, rerun, section_main,
 from mpplan import sim
 from mpplan.config import Device
 from mpplan.graph import Graph
+from mpplan.liveness import live_ranges
 from mpplan.passes.assign import assign_offsets, records_load
-from mpplan.passes.liveness import live_ranges
 from mpplan.passes.schedule import schedule
 from mpplan.planner import plan
 

@@ -18,7 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import random_order
 
-from mpplan.passes import assign as assign_module
+from mpplan.liveness import LiveRange
+from mpplan.passes.assign import objects as objects_module
+from mpplan.passes.assign import offsets as offsets_module
+from mpplan.passes.assign import records as records_module
 from mpplan.passes.assign import (
     OFFSET_ALGORITHMS,
     OffsetAssignment,
@@ -27,11 +30,10 @@ from mpplan.passes.assign import (
     records_load,
     share_objects,
 )
-from mpplan.passes.assign_heuristics import best_fit, greedy_by_size
-from mpplan.passes.assign_search import search_offsets
-from mpplan.passes.assign_skyline import RANK_RULES, busiest_load, rank_by, skyline
-from mpplan.passes.assign_squeaky import round_cost, squeaky_wheel
-from mpplan.passes.liveness import LiveRange
+from mpplan.passes.assign.heuristics import best_fit, greedy_by_size
+from mpplan.passes.assign.search import search_offsets
+from mpplan.passes.assign.skyline import RANK_RULES, busiest_load, rank_by, skyline
+from mpplan.passes.assign.squeaky import round_cost, squeaky_wheel
 from mpplan.sim import load as sim_load
 
 Record = tuple[int, int, int]
@@ -552,7 +554,7 @@ def test_auto_packs_random_layered_graphs_near_load(size: str) -> None:
 
 
 def _records_in_order(graph, order) -> list[Record]:
-    from mpplan.passes.liveness import live_ranges
+    from mpplan.liveness import live_ranges
 
     liveness = live_ranges(graph, order)
     return [(r.nbytes, r.first, r.last) for r in liveness.ranges]
@@ -625,5 +627,6 @@ def test_objects_offsets_lay_objects_back_to_back() -> None:
 
 
 def test_docstring_examples() -> None:
-    failures, _ = doctest.testmod(assign_module)
-    assert failures == 0
+    for module in (offsets_module, objects_module, records_module):
+        failures, attempted = doctest.testmod(module)
+        assert failures == 0 and attempted > 0, module.__name__

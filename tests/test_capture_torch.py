@@ -27,7 +27,7 @@ from mpplan.capture.torch_capture import (
 )
 from mpplan.errors import CaptureError
 from mpplan.graph import Kind
-from mpplan.passes.liveness import live_ranges
+from mpplan.liveness import live_ranges
 from mpplan.zoo import cnn, convattn, mlp, transformer
 
 F32 = 4

@@ -164,3 +164,57 @@ def test_a_plan_that_records_no_grads_setting_is_read_as_static() -> None:
     legacy = dataclasses.replace(static, settings={k: v for k, v in static.settings.items() if k != "grads"})
     assert rematerialised(graph, legacy) is graph
     verify(graph, legacy)
+
+
+# --- PlannerSettings is the config's planner: section, flattened ---------------------------------------
+
+
+def _section_leaves(section: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    import dataclasses
+
+    leaves = []
+    for f in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, f.name)
+        path = (*prefix, f.name)
+        leaves += _section_leaves(value, path) if dataclasses.is_dataclass(value) else [path]
+    return leaves
+
+
+def test_planner_settings_cover_the_planner_section_exactly():
+    import dataclasses
+
+    from mpplan.config import PlannerSection
+    from mpplan.planner import SECTION_PATHS
+
+    paths = {f.name: SECTION_PATHS.get(f.name, (f.name,)) for f in dataclasses.fields(PlannerSettings)}
+    assert sorted(paths.values()) == sorted(_section_leaves(PlannerSection()))
+    assert PlannerSettings.from_config(PlannerSection()) == PlannerSettings()
+
+
+def test_planner_settings_round_trip_through_the_config():
+    from mpplan.config import load_config
+
+    overrides = [
+        "planner.schedule=dfs",
+        "planner.assign=shared_dp",
+        "planner.alignment=256",
+        "planner.parallel_safe=true",
+        "planner.placement=shift",
+        "planner.shift.activations=[a, b]",
+        "planner.shift.from=cuda:1",
+        "planner.remat.policy=budget",
+        "planner.remat.budget=0.5",
+        "planner.no_split=[blocks.0]",
+    ]
+    config = load_config("configs/quickstart.yaml", overrides)
+    settings_ = PlannerSettings.from_config(config.planner)
+    picked = (settings_.schedule, settings_.shift_from, settings_.remat, settings_.no_split)
+    assert picked == ("dfs", "cuda:1", "budget", ("blocks.0",))
+    recorded = settings_.to_dict()
+    assert recorded["shift"] == {"activations": ["a", "b"], "from": "cuda:1", "to": None}
+    assert recorded["remat"]["policy"] == "budget" and recorded["no_split"] == ["blocks.0"]
+    # what plan.json records is a planner: section that reads back as the same settings
+    from mpplan.config import parse_config
+
+    raw = {"model": {"synthetic": {"kind": "transformer", "layers": 2}}, "devices": [{"count": 2, "capacity": 2**20}]}
+    assert PlannerSettings.from_config(parse_config({**raw, "planner": recorded}).planner) == settings_

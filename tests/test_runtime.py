@@ -24,7 +24,7 @@ from mpplan import zoo
 from mpplan.capture.torch_capture import CapturedProgram, capture_program
 from mpplan.config import Device, parse_config
 from mpplan.errors import PlanError, VerificationError
-from mpplan.passes.liveness import live_ranges
+from mpplan.liveness import live_ranges
 from mpplan.plan import Buffer, Plan
 from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime import cuda_available, evaluate, evaluate_program, map_devices, run_config

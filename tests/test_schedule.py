@@ -18,10 +18,13 @@ from strategies import graphs, layered_graph, random_order
 
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.liveness import check_order, live_ranges
 from mpplan.passes import schedule as schedule_module
-from mpplan.passes.liveness import check_order, live_ranges
 from mpplan.passes.schedule import SCHEDULERS, SearchLimitError, schedule
-from mpplan.passes.schedule_exact import exact_search
+from mpplan.passes.schedule import searching
+from mpplan.passes.schedule.climber import Budget, Climber
+from mpplan.passes.schedule.frontiers import exact_search
+from mpplan.passes.schedule.memory import Memory
 from mpplan.sim import live_profile, order_load
 
 HEURISTICS = ("as_given", "longest_path", "greedy_free", "least_peak", "dfs", "bfs")
@@ -100,7 +103,7 @@ def test_auto_never_worse_than_a_heuristic_on_larger_graphs(graph: Graph) -> Non
 @settings(max_examples=100, deadline=None)
 @given(graphs(max_ops=30), st.randoms(use_true_random=False))
 def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random) -> None:
-    mem = schedule_module._Memory.of(graph)
+    mem = Memory.of(graph)
     order = tuple(random_order(graph, rng))
     assert mem.profile(order) == live_profile(live_ranges(graph, order).ranges, len(order))
     assert mem.load(order) == order_load(graph, order)
@@ -110,15 +113,15 @@ def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random
 @given(graphs(max_ops=30, min_ops=2), st.randoms(use_true_random=False))
 def test_local_search_moves_keep_the_profile_exact(graph: Graph, rng: random.Random) -> None:
     """Incremental scoring (single-op moves, exact segment reorders, undo) agrees with the simulator."""
-    mem = schedule_module._Memory.of(graph)
-    climber = schedule_module._Climber(mem, tuple(random_order(graph, rng)))
+    mem = Memory.of(graph)
+    climber = Climber(mem, tuple(random_order(graph, rng)))
     n = len(climber.order)
     undo = []
     for _ in range(20):
         if rng.random() < 0.2:
             lo = rng.randrange(n)
             move = climber.reorder(
-                lo, min(n - 1, lo + rng.randrange(1, 8)), schedule_module._Budget(10**9, float("inf"))
+                lo, min(n - 1, lo + rng.randrange(1, 8)), Budget(10**9, float("inf"))
             )
             if move is None:
                 continue
@@ -173,7 +176,7 @@ def test_blob_read_by_several_ops_is_freed_only_after_its_last_reader() -> None:
     )
     order = names(g, schedule(g, "greedy_free"))
     assert order.index("D") < order.index("B")
-    mem = schedule_module._Memory.of(g)
+    mem = Memory.of(g)
     given_order = tuple(range(5))  # A M B D C: 'a' lives through C at step 4
     assert mem.profile(given_order) == [100, 160, 161, 162, 103]
     assert mem.profile(given_order) == live_profile(live_ranges(g, given_order).ranges, 5)
@@ -308,7 +311,7 @@ def test_exact_past_its_limits_raises_and_auto_falls_back(monkeypatch: pytest.Mo
         exact_search(g, state_limit=5)
     with pytest.raises(SearchLimitError, match="more than"):
         schedule(layered_graph(2500), "exact")
-    monkeypatch.setattr(schedule_module, "AUTO_EXACT_SMALL_STATES", 1)
+    monkeypatch.setattr(searching, "AUTO_EXACT_SMALL_STATES", 1)
     small = ladder(4)
     order = schedule(small, "auto")
     check_order(small, order)

@@ -36,12 +36,12 @@ The as-given op order is the first of these that respects every edge:
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any
 
 from mpplan.errors import GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.topo import topological_order
 
 _SIZE_ATTRS = ("cost_ram", "out_cost")
 _COST_ATTRS = ("cost_cpu", "duration")
@@ -199,21 +199,12 @@ def _op_order(ids: list[int | str], edges: list[tuple[int, int]], given: object,
     for s, t in edges:
         succs[s].append(t)
         indegree[t] += 1
-    ready = [(rank[i], i) for i in range(n) if indegree[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for t in succs[i]:
-            indegree[t] -= 1
-            if indegree[t] == 0:
-                heapq.heappush(ready, (rank[t], t))
+    order = topological_order(succs, indegree, ready=rank)
     if len(order) < n:
-        stuck = min((i for i in range(n) if indegree[i] > 0), key=lambda i: rank[i])
+        done = set(order)
+        stuck = min((i for i in range(n) if i not in done), key=lambda i: rank[i])
         raise GraphFileError(f"{link_key}: the graph has a cycle through node {ids[stuck]!r}")
     return order
-
 
 def _respects(order: list[int], edges: list[tuple[int, int]]) -> bool:
     position = [0] * len(order)

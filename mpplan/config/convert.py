@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from mpplan.config.schema import MAX_INT, Size, join_key, yaml_key
+from mpplan.config.schema import MAX_INT, Size, join_key, schema_hints, yaml_key
 from mpplan.errors import ConfigError
 from mpplan.units import parse_size
 
@@ -22,7 +22,7 @@ def parse_section(cls: type, raw: Any, source: str, where: str) -> Any:
     """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {where or '(top level)'}: expected a mapping, got {type_name(raw)}")
-    hints = typing.get_type_hints(cls)
+    hints = schema_hints(cls)
     fields = {yaml_key(f): f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     for key in raw:
         if key not in fields:

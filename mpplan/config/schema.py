@@ -9,10 +9,40 @@ so code and docs cannot drift.  Reading a mapping into these classes is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+# The pass choices come from the pass registries, so a new scheduler, assigner or placement is
+# accepted and documented by registering it. To mypy they are plain strings; at run time the schema's
+# hints resolve them through ``pass_choices``, which imports the registries only when a schema is
+# first read: importing the config must not load the passes (the verifier imports it).
+if typing.TYPE_CHECKING:
+    ScheduleName: typing.TypeAlias = str
+    AssignName: typing.TypeAlias = str
+    PlacementName: typing.TypeAlias = str
+
+
+@functools.cache
+def pass_choices() -> dict[str, Any]:
+    """The ``Literal`` of each pass registry's names, for ``typing.get_type_hints``."""
+    from mpplan.passes.assign import ASSIGNERS
+    from mpplan.passes.place import PLACEMENTS
+    from mpplan.passes.schedule import SCHEDULERS
+
+    return {
+        "ScheduleName": Literal[tuple(SCHEDULERS)],
+        "AssignName": Literal[tuple(ASSIGNERS)],
+        "PlacementName": Literal[tuple(PLACEMENTS)],
+    }
+
+
+def schema_hints(cls: type) -> dict[str, Any]:
+    """The resolved type hints of a schema dataclass, the pass choices included."""
+    return typing.get_type_hints(cls, localns=pass_choices())
+
 
 Size = typing.NewType("Size", int)
 """An ``int`` of bytes written as ``16GiB``, ``512MB`` or a plain integer."""
@@ -104,10 +134,10 @@ class RematSection:
 class PlannerSection:
     """How plans are made."""
 
-    schedule: Literal["auto", "as_given", "longest_path", "greedy_free", "least_peak", "dfs", "bfs", "exact"] = _doc(
+    schedule: ScheduleName = _doc(
         "op order heuristic", default="auto"
     )
-    assign: Literal["auto", "greedy_by_size", "best_fit", "search", "exact", "shared_greedy", "shared_dp"] = _doc(
+    assign: AssignName = _doc(
         "offset assignment (search = branch and bound, exact is its alias) or memonger-style shared objects",
         default="auto",
     )
@@ -118,7 +148,7 @@ class PlannerSection:
         "after zero_grad(set_to_none=True)) or static (resident all step, as memonger)",
         default="dynamic",
     )
-    placement: Literal["single", "pipeline", "shift", "manual", "auto"] = _doc(
+    placement: PlacementName = _doc(
         "how ops are spread over the devices", default="auto"
     )
     device_map: dict[str, str] = _doc("manual placement: module path prefix -> device name", default_factory=dict)
@@ -238,7 +268,7 @@ def join_key(prefix: str, key: str) -> str:
 
 
 def _walk_schema(cls: type, prefix: str, rows: list[tuple[str, str, str, str]]) -> None:
-    hints = typing.get_type_hints(cls)
+    hints = schema_hints(cls)
     for f in dataclasses.fields(cls):
         if f.metadata.get("internal"):
             continue

@@ -1,6 +1,6 @@
 """Squeaky-wheel search over skyline ranks for ``assign``: blame the records that stick out.
 
-``assign_skyline.skyline`` turns a rank into a packing.  Squeaky-wheel optimisation
+``skyline.skyline`` turns a rank into a packing.  Squeaky-wheel optimisation
 (Joslin and Clements, 1999) looks for a good rank by construct, analyse, prioritise:
 pack, find the records that end above the target (the *squeaky wheels*), move them
 up the priority so the next packing takes them earlier and lower, and repeat,
@@ -23,7 +23,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mpplan.passes.assign_skyline import skyline
+from mpplan.passes.assign.skyline import skyline
 
 #: Blame added to a record per round it ends above the target: ``1 + noise * U(0, 1)``.
 _NOISE = 1.0

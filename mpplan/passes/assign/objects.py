@@ -1,4 +1,4 @@
-"""Shared objects for ``assign``: memonger's blob sharing, greedy and exact.
+"""Shared objects: memonger's blob sharing, greedy and exact (``share_objects``).
 
 An *object* is one buffer that several records use in turn; members must be
 pairwise disjoint in time (and allowed to share by ``may_share``), and the object
@@ -20,9 +20,22 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
-MayShare = Callable[[int, int], bool]
+from mpplan.passes.assign.records import MayShare, Record, SharedObjects, normalise, sweep_load
+
+
+ObjectAlgorithm = Literal["greedy", "dp"]
+
+OBJECT_ALGORITHMS: tuple[str, ...] = ("greedy", "dp")
+
+#: Work units the exact object search may spend: a join-or-open choice costs twice the record count.
+#: A fixed number, not clock time, so plans are deterministic.
+OBJECT_SEARCH_WORK = 5_000_000
+#: Largest input the exact object search takes on; beyond it ``dp`` keeps the best greedy.
+OBJECT_SEARCH_RECORDS = 400
+#: Fit tests greedy-by-size objects may spend in ``dp`` before giving up on it.
+OBJECT_GREEDY_CHECKS = 5_000_000
 #: A search level: a generator that yields, per child, the generator of the level below.
 _Expansion: TypeAlias = Iterator["_Expansion"]
 
@@ -297,3 +310,40 @@ class _ObjectSearch:
                 yield list(assigned), cost
             else:
                 stack.append(child)
+
+
+def share_objects(
+    records: Sequence[Record],
+    algorithm: ObjectAlgorithm = "greedy",
+    may_share: MayShare | None = None,
+    alignment: int = 1,
+    *,
+    max_nodes: int | None = None,
+) -> SharedObjects:
+    """Group records into shared objects (memonger's blob sharing); minimise the total size.
+
+    ``"greedy"``: memonger's greedy (lifetime order, reuse the free object nearest
+    in size).  ``"dp"``: the better of that and greedy by size, improved by an exact
+    branch and bound bounded by ``max_nodes`` choices (default: ``OBJECT_SEARCH_WORK``
+    divided by the input size); inputs over ``OBJECT_SEARCH_RECORDS`` records keep
+    the better greedy.  Exact whenever the search finishes (``optimal``).
+
+    >>> shared = share_objects([(8, 0, 1), (4, 2, 3), (8, 2, 3)], "dp")
+    >>> shared.object_of, shared.object_sizes, shared.total
+    ((0, 1, 0), (8, 4), 12)
+    """
+    if algorithm not in OBJECT_ALGORITHMS:
+        raise ValueError(f"share_objects: expected algorithm in {OBJECT_ALGORITHMS}, got {algorithm!r}")
+    sizes, first, last = normalise(records, alignment)
+    load = sweep_load(sizes, first, last)
+    found = greedy_objects(sizes, first, last, may_share=may_share)
+    if algorithm == "dp":
+        by_size = size_objects(sizes, first, last, may_share=may_share, max_checks=OBJECT_GREEDY_CHECKS)
+        if by_size is not None and sum(by_size.sizes) < sum(found.sizes):
+            found = by_size
+        records_in = sum(1 for s in sizes if s)
+        if records_in <= OBJECT_SEARCH_RECORDS:
+            budget = max_nodes if max_nodes is not None else max(1, OBJECT_SEARCH_WORK // (2 * records_in + 1))
+            found = exact_objects(sizes, first, last, may_share=may_share, incumbent=found, max_nodes=budget)
+    total = sum(found.sizes)
+    return SharedObjects(found.object_of, found.sizes, total, load, algorithm, found.proven or total == load)

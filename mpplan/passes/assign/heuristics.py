@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-MayShare = Callable[[int, int], bool]
+from mpplan.passes.assign.records import MayShare
 
 
 def overlap_pairs(first: Sequence[int], last: Sequence[int], active: Sequence[int]) -> int:
