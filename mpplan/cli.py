@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 from mpplan.errors import ConfigError, MpplanError
 from mpplan.gcpause import collector_paused
@@ -26,10 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _configure_logging(args.quiet, args.verbose)
     try:
+        command: Callable[[argparse.Namespace], int] = args.func
         if args.verb in _ONE_SHOT_VERBS:
             with collector_paused():
-                return args.func(args)
-        return args.func(args)
+                return command(args)
+        return command(args)
     except MpplanError as exc:  # one line, whatever names (a key, a file) the message quotes
         print(f"mpplan: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code

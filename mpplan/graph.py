@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
@@ -238,7 +238,7 @@ def _distinct(ids: Sequence[int]) -> tuple[int, ...]:
     return tuple(ids) if len(ids) < 2 or len(set(ids)) == len(ids) else tuple(dict.fromkeys(ids))
 
 
-def _unique_index(names, what: str) -> dict[str, int]:
+def _unique_index(names: Iterable[str], what: str) -> dict[str, int]:
     names = list(names)
     if all(type(name) is str and name for name in names):
         index = {name: i for i, name in enumerate(names)}
@@ -283,7 +283,9 @@ def _is_static(root: Tensor, graph: Graph, index: dict[str, int]) -> bool:
     return root.kind is Kind.GRAD and root.grad_of is not None and graph.tensors[index[root.grad_of]].kind is Kind.PARAM
 
 
-def _producers(graph: Graph, op_inputs, op_outputs, num_tensors: int) -> tuple[int, ...]:
+def _producers(
+    graph: Graph, op_inputs: Sequence[Sequence[int]], op_outputs: Sequence[Sequence[int]], num_tensors: int
+) -> tuple[int, ...]:
     """The op that first writes each tensor (-1: none); a second non-in-place write is an error."""
     producer = [-1] * num_tensors
     for k, (ins, outs) in enumerate(zip(op_inputs, op_outputs)):
@@ -299,7 +301,12 @@ def _producers(graph: Graph, op_inputs, op_outputs, num_tensors: int) -> tuple[i
     return tuple(producer)
 
 
-def _dependencies(op_inputs, op_outputs, producer, storage_of) -> tuple[tuple[int, ...], ...]:
+def _dependencies(
+    op_inputs: Sequence[Sequence[int]],
+    op_outputs: Sequence[Sequence[int]],
+    producer: Sequence[int],
+    storage_of: Sequence[int],
+) -> tuple[tuple[int, ...], ...]:
     """Op predecessors: read-after-write by name, plus the in-place version order.
 
     Versions follow the as-given order: an in-place write waits for every reader

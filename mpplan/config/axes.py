@@ -29,7 +29,7 @@ def axis_generator(spec: Any) -> str | None:
     return spec.get("generate") if isinstance(spec, dict) and "generate" in spec else None
 
 
-def check_generated_axis(key: str, spec: dict, base: dict[str, Any], source: str, where: str) -> int:
+def check_generated_axis(key: str, spec: dict[str, Any], base: dict[str, Any], source: str, where: str) -> int:
     """Validate a generated axis; return the most values it can make."""
     name = spec["generate"]
     if GENERATORS.get(name) != key:

@@ -57,7 +57,7 @@ def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> Confi
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> Config:
     """Validate a config mapping; errors name ``source`` and the dotted key."""
-    config = parse_section(Config, {k: v for k, v in raw.items()}, source, "")
+    config: Config = parse_section(Config, {k: v for k, v in raw.items()}, source, "")
     config = dataclasses.replace(config, source=source)
     _check_model(config, source)
     for i, dev in enumerate(config.devices):

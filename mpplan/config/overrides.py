@@ -24,7 +24,7 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> dict[str, Any
         value = load_yaml(text)
     except DocumentError as exc:
         raise ConfigError(f"{source}: --set {key}: {exc}") from None
-    root = _deep_copy(raw)
+    root: dict[str, Any] = _deep_copy(raw)
     node: Any = root
     parts = key.split(".")
     for depth, part in enumerate(parts):

@@ -257,7 +257,7 @@ def schema_fields(cls: type) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def yaml_key(f: dataclasses.Field) -> str:
+def yaml_key(f: dataclasses.Field[Any]) -> str:
     """The YAML key of schema field ``f``: its name unless the field says otherwise (``from``)."""
     return f.metadata.get("key") or f.name
 
