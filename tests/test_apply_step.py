@@ -209,3 +209,81 @@ def test_step_in_backward_on_cuda_holds_the_predicted_peak() -> None:
     predicted = wrapped.prediction()
     assert predicted.optimizer_path == "foreach"
     assert abs(measured - predicted.peak_bytes) <= 0.05 * predicted.peak_bytes, (measured, predicted.peak_bytes)
+
+
+def test_placement_recompute_and_the_step_in_backward_together(gpt) -> None:
+    """A two-device pipeline plan that recomputes, applied with the step in backward on virtual devices:
+    parameters where planned, recomputes honoured, eager's numerics bit for bit, the peak as predicted."""
+    model, inputs, program = gpt
+    devices = [Device("cuda:0", 1 << 30), Device("cuda:1", 1 << 30)]
+    settings = PlannerSettings(placement="pipeline", grads="dynamic")
+    budget = int(0.97 * predict_apply(program, step_in_backward=True).peak_bytes)
+    fitted = plan_for_apply(program, devices, settings, budget, calls=module_calls(model, inputs),
+                            step_in_backward=True)
+    verify(program.graph, fitted.plan)
+    assert fitted.plan.remat and len(set(fitted.plan.placement.values())) == 2
+
+    eager_model = copy.deepcopy(model)
+    eager_opt = torch.optim.Adam(eager_model.parameters(), lr=1e-3)
+    _, eager_losses = _loop(eager_model, eager_opt, inputs)
+    user_model = copy.deepcopy(model)
+    opt = torch.optim.Adam(user_model.parameters(), lr=1e-3)
+    wrapped = apply(user_model, fitted.plan, inputs, optimizer="adam", devices="virtual", step_in_backward=opt)
+    assert set(wrapped.planned.values()) == {"cuda:0", "cuda:1"}
+    peak, losses = _loop(wrapped, opt, inputs)
+    assert wrapped.hooks is not None and wrapped.hooks.recomputed > 0 and wrapped.hooks.mismatch is None
+    assert losses == eager_losses
+    for p, q in zip(user_model.parameters(), eager_model.parameters()):
+        assert torch.equal(p, q)
+    assert _same_state(opt, eager_opt)
+    predicted = wrapped.prediction().peak_bytes
+    assert abs(peak - predicted) <= TOLERANCE * predicted and peak <= budget * (1 + 0.001), (peak, predicted, budget)
+
+
+def test_max_batch_holds_the_users_loop_to_the_cap_not_the_plans_own_peak() -> None:
+    """The cap lies between the plan's own peak at batch 1 and what the loop holds stepping at the end:
+    judged by the plan's own peak batch 1 fits, yet that loop measures over the cap.  ``max_batch`` on
+    apply's prediction refuses it, and with the step in backward finds a batch that trains under the cap."""
+    from mpplan.errors import InfeasibleError
+    from mpplan.runtime.apply_budget import max_batch
+
+    torch.manual_seed(0)
+    model = zoo.build("gpt", **GPT)
+    captured = {}
+
+    def capture(batch):
+        inputs = zoo.example_inputs("gpt", batch=batch, seq_len=16, vocab_size=256)
+        program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
+        captured[batch] = (inputs, program)
+        return program, module_calls(model, inputs)
+
+    program, _ = capture(1)
+    own = _plain_plan(program).max_peak_bytes
+    at_end = predict_apply(program).peak_bytes
+    assert own < at_end
+    cap = (own + at_end) // 2
+    devices = [Device("cuda:0", cap)]
+    own_fit = plan(program.graph, devices, PlannerSettings(placement="single", grads="dynamic"))
+    verify(program.graph, own_fit)  # the plan's own prediction fits the cap at batch 1 ...
+    inputs, _ = captured[1]
+    end_peak, _ = _loop_at_end(model, own_fit, inputs)
+    assert end_peak > cap  # ... but the user's loop does not
+
+    settings = PlannerSettings(placement="single", grads="dynamic")
+    with pytest.raises(InfeasibleError):
+        max_batch(capture, devices, settings, cap)
+    fit = max_batch(capture, devices, settings, cap, step_in_backward=True)
+    assert fit.batch >= 2 and dict(fit.tried)[fit.batch] and not dict(fit.tried)[fit.batch + 1]
+    inputs, program = captured[fit.batch]
+    verify(program.graph, fit.result.plan, check_capacity=False)
+    user_model = copy.deepcopy(model)
+    opt = torch.optim.Adam(user_model.parameters(), lr=1e-3)
+    wrapped = apply(user_model, fit.result.plan, inputs, optimizer="adam", devices="virtual", step_in_backward=opt)
+    peak, _ = _loop(wrapped, opt, inputs)
+    assert peak <= cap
+
+
+def _loop_at_end(model, planned, inputs):
+    """The user's loop under ``apply``, Adam stepping at the end."""
+    wrapped = apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices="virtual")
+    return _loop(wrapped, torch.optim.Adam(wrapped.parameters(), lr=1e-3), inputs)
