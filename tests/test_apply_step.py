@@ -287,3 +287,24 @@ def _loop_at_end(model, planned, inputs):
     """The user's loop under ``apply``, Adam stepping at the end."""
     wrapped = apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices="virtual")
     return _loop(wrapped, torch.optim.Adam(wrapped.parameters(), lr=1e-3), inputs)
+
+
+def test_step_in_backward_with_sgd() -> None:
+    """SGD without momentum updates in place: the step in backward only frees each gradient early."""
+    torch.manual_seed(0)
+    model = zoo.build("gpt", **GPT)
+    inputs = zoo.example_inputs("gpt", **INPUTS)
+    program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="sgd", loss_fn=None)
+    planned = _plain_plan(program)
+    eager_model = copy.deepcopy(model)
+    _, eager_losses = _loop(eager_model, torch.optim.SGD(eager_model.parameters(), lr=0.1), inputs)
+    user_model = copy.deepcopy(model)
+    opt = torch.optim.SGD(user_model.parameters(), lr=0.1)
+    wrapped = apply(user_model, planned, inputs, optimizer="sgd", devices="virtual", step_in_backward=opt)
+    peak, losses = _loop(wrapped, opt, inputs)
+    assert losses == eager_losses
+    for p, q in zip(user_model.parameters(), eager_model.parameters()):
+        assert torch.equal(p, q)
+    predicted = wrapped.prediction().peak_bytes
+    assert abs(peak - predicted) <= TOLERANCE * predicted, (peak, predicted)
+    assert predicted < predict_apply(program).peak_bytes
