@@ -308,3 +308,33 @@ def test_step_in_backward_with_sgd() -> None:
     predicted = wrapped.prediction().peak_bytes
     assert abs(peak - predicted) <= TOLERANCE * predicted, (peak, predicted)
     assert predicted < predict_apply(program).peak_bytes
+
+
+def test_parameters_ready_at_once_on_two_threads_each_step_once() -> None:
+    """Autograd runs one thread per CUDA device; here two CPU backward passes on two threads make two
+    parameters ready at once.  Each must be stepped once, by itself, and the groups restored."""
+    import threading
+    import time
+
+    entered = threading.Event()
+
+    class SlowSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            entered.set()
+            time.sleep(0.2)  # the second parameter becomes ready while the first one's step runs
+            return super().step(closure)
+
+    a = torch.nn.Parameter(torch.ones(4))
+    b = torch.nn.Parameter(torch.ones(4))
+    opt = SlowSGD([a, b], lr=0.5)
+    stepping = StepInBackward(opt)
+    first = threading.Thread(target=lambda: (a * 2.0).sum().backward())
+    second = threading.Thread(target=lambda: (b * 3.0).sum().backward())
+    first.start()
+    assert entered.wait(timeout=60)
+    second.start()
+    first.join()
+    second.join()
+    assert stepping.steps == 2 and a.grad is None and b.grad is None
+    assert torch.equal(a.detach(), torch.full((4,), 0.0)) and torch.equal(b.detach(), torch.full((4,), -0.5))
+    assert len(opt.param_groups) == 1 and opt.param_groups[0]["params"] == [a, b]

@@ -31,6 +31,7 @@ all see no gradients, or step too early.  A loop without those is unchanged.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -52,6 +53,9 @@ class StepInBackward:
         self.optimizer = optimizer
         self.steps = 0
         self._handles: list[Any] = []
+        # Autograd runs one thread per CUDA device: two parameters on two GPUs may be ready at once,
+        # and narrowing the optimizer's groups must not interleave.
+        self._lock = threading.Lock()
         seen: set[int] = set()
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -69,16 +73,17 @@ class StepInBackward:
     def _hook(self, group: dict[str, Any]) -> Any:
         def step(param: torch.Tensor) -> None:
             optimizer = self.optimizer
-            groups, params = optimizer.param_groups, group["params"]
-            optimizer.param_groups = [group]
-            group["params"] = [param]
-            try:
-                optimizer.step()
-            finally:
-                group["params"] = params
-                optimizer.param_groups = groups
-            param.grad = None
-            self.steps += 1
+            with self._lock:
+                groups, params = optimizer.param_groups, group["params"]
+                optimizer.param_groups = [group]
+                group["params"] = [param]
+                try:
+                    optimizer.step()
+                finally:
+                    group["params"] = params
+                    optimizer.param_groups = groups
+                param.grad = None
+                self.steps += 1
 
         return step
 
