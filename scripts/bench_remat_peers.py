@@ -1,7 +1,8 @@
 """Remat in the user's own loop: mpplan ``apply`` against eager, HF gradient checkpointing and torch.compile.
 
 Rerun: ``python scripts/bench_remat_peers.py`` (``--quick``: zoo_gpt only;
-``--compile``: also time the torch.compile rows, minutes of compilation each).
+``--compile [CASE ...]``: also time the torch.compile rows, of every case or of those
+named, minutes of compilation each).
 Writes the ``remat_peers`` section of docs/benchmarks.md.
 
 Every method trains the same seeded model with the user's loop:
@@ -11,17 +12,25 @@ steps after the first (Adam makes its state in the first), measured on CPU by th
 storage meter (every live tensor storage, the model, ``.grad`` and Adam's state
 included) and on CUDA by ``max_memory_allocated``; the median step time; the ATen
 calls one step makes (a ``TorchDispatchMode`` counts them, so a recompute shows as
-extra calls); and whether the losses and the final parameters match eager's.
+extra calls; the profiler's ``record_function`` markers that ``optimizer.step()``
+dispatches are not ATen calls and are not counted); and whether the losses and the final parameters match eager's.
 
 The rows: eager; HF gradient checkpointing (``gradient_checkpointing_enable`` with
 ``use_reentrant=False``; for zoo_gpt, ``torch.utils.checkpoint`` around each block,
 which is what HF does); torch.compile, default and at ``activation_memory_budget``
 0.5 and 0.2; mpplan ``apply`` with a plan made by ``plan_for_apply`` for a budget of
-each peer's measured peak (``grads: dynamic``; the remat pass's budget lowered until
-``apply``'s predicted peak fits), with the peak ``apply`` predicts beside the one
-measured.  On CPU the storage meter cannot see inductor's buffers (its
-generated code allocates outside the dispatcher), so the compile rows have no peak,
-and no mpplan row at their peak.
+each peer's measured peak (``grads: dynamic``; the remat pass's budget policy run on
+the graph the user's loop runs, so ``apply``'s predicted peak fits), with the peak
+``apply`` predicts beside the one measured.  Each mpplan row comes twice: with Adam
+stepping at the end of the step, as the loop says, and with ``step in backward``
+(``apply(..., step_in_backward=optimizer)``): the same optimizer updates each parameter
+as soon as backward has made its gradient and the gradient is freed, so gradients and
+the update's temporaries no longer pile up at the end and less recompute fits the
+same budget.  ``least peak any recompute reaches``: each loop planned at its floor;
+``no recompute, step in backward``: that loop as it comes.  On
+CPU the storage meter cannot see inductor's buffers (its generated code allocates
+outside the dispatcher), so the compile rows have no peak, and no mpplan row at
+their peak.
 """
 
 from __future__ import annotations
@@ -134,7 +143,8 @@ class _Calls(TorchDispatchMode):
         self.calls = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.calls += 1
+        if func.namespace != "profiler":  # optimizer.step()'s record_function markers
+            self.calls += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -147,10 +157,16 @@ class Run:
     state: dict[str, torch.Tensor]
 
 
-def train(module: torch.nn.Module, inputs: Any, device: torch.device, *, meter: bool = True) -> Run:
-    """``STEPS`` steps of the user's loop; peak, median time and calls of the steps after the first."""
+def train(module: torch.nn.Module, inputs: Any, device: torch.device, *, meter: bool = True,
+          step_in_backward: bool = False) -> Run:
+    """``STEPS`` steps of the user's loop; peak, median time and calls of the steps after the first.
+
+    ``step_in_backward``: ``module`` is a ``PlannedModule`` whose backward steps the loop's Adam.
+    """
     inputs = _to(inputs, device)
     opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+    if step_in_backward:
+        module.step_in_backward(opt)
     cuda = device.type == "cuda"
     storage = StorageMeter(str(device))
     storage.register([list(module.parameters()), list(module.buffers()), inputs], pinned=True)
@@ -221,7 +237,8 @@ def numerics(run: Run, eager: Run) -> str:
     return f"ok ({diff:.1e})" if diff <= 1e-4 else f"FAILED ({diff:.1e})"
 
 
-def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row]:
+def bench_case(case: Case, device: torch.device, compile_cases: list[str] | None) -> list[Row]:
+    with_compile = compile_cases is not None and (not compile_cases or case.name in compile_cases)
     torch.manual_seed(0)
     model = case.build()
     fresh = lambda: copy.deepcopy(model).to(device)  # noqa: E731
@@ -241,7 +258,9 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
             continue
         log(f"{case.name}: {name}")
         run = _compiled(fresh(), case.inputs, device, budget)
-        note = "" if device.type == "cuda" else "peak: inductor's buffers bypass the storage meter"
+        note = "" if device.type == "cuda" else (
+            "peak: inductor's buffers bypass the storage meter; ATen calls: a dispatch mode makes the compiled "
+            "step fall back to eager, so they cannot be counted the same way")
         rows.append(Row(name, run.peak, run.step_s, None, numerics(run, eager), note))
         if run.peak is not None:
             short = name.replace("torch.compile", "compile").replace("activation_memory_budget ", "amb ")
@@ -250,32 +269,62 @@ def bench_case(case: Case, device: torch.device, with_compile: bool) -> list[Row
     program = capture_for(model, case.inputs, device, mode="train", optimizer="adam", loss_fn=None)
     calls = module_calls(fresh(), _to(case.inputs, device))
     settings = PlannerSettings(placement="single", grads="dynamic", remat_time_limit_s=60.0)
+    path = "foreach" if device.type == "cuda" else "single"
     for peer, peak in peers:
         assert peak is not None
-        name = f"mpplan apply, budget = {peer}'s peak ({human(peak)})"
+        for in_backward in (False, True):
+            name = f"mpplan apply, budget = {peer}'s peak ({human(peak)})" + (", step in backward" * in_backward)
+            log(f"{case.name}: {name}")
+            fitted, floor = _fit(program, settings, int(peak), calls, path, in_backward)
+            rows.append(_mpplan_row(name, fitted.plan, case, fresh, device, eager, program, in_backward, floor))
+    for in_backward in (False, True):  # the floor of each loop: what the step in backward lowers
+        name = "mpplan apply, least peak any recompute reaches" + (", step in backward" * in_backward)
         log(f"{case.name}: {name}")
-        path = "foreach" if device.type == "cuda" else "single"
-        floor = ""
-        try:
-            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, int(peak), calls=calls,
-                                    optimizer_path=path)
-        except InfeasibleError as e:  # under what any recompute reaches: run the least peak apply can have
-            least = int(peak) + e.missing_bytes
-            fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, least, calls=calls,
-                                    optimizer_path=path)
-            floor = f"budget {e.missing_bytes} bytes under the least peak any recompute reaches, planned at that; "
-        planned = fitted.plan
-        verify(program.graph, planned, check_capacity=False)
-        wrapped = apply(fresh(), planned, case.inputs, optimizer="adam",
-                        devices="virtual" if device.type == "cpu" else {"dev": str(device)})
-        run = train(wrapped, case.inputs, device)
-        predicted = wrapped.prediction().peak_bytes
-        recomputes = len(wrapped.recompute_ops)
-        note = floor + (f"{recomputes} ops recomputed" if recomputes else "no recompute")
-        if wrapped.hooks is not None and wrapped.hooks.mismatch:
-            note += f"; MISMATCH {wrapped.hooks.mismatch}"
-        rows.append(Row(name, run.peak, run.step_s, run.calls, numerics(run, eager), note, predicted))
+        fitted, _ = _fit(program, settings, 1, calls, path, in_backward)
+        rows.append(_mpplan_row(name, fitted.plan, case, fresh, device, eager, program, in_backward, ""))
+    name = "mpplan apply, no recompute, step in backward"
+    log(f"{case.name}: {name}")
+    fitted = plan_for_apply(program, [Device("dev", 1 << 40)], settings, None, calls=calls, optimizer_path=path,
+                            step_in_backward=True)
+    rows.append(_mpplan_row(name, fitted.plan, case, fresh, device, eager, program, True, ""))
     return rows
+
+
+def _fit(program: Any, settings: PlannerSettings, budget: int, calls: Any, path: str,
+         in_backward: bool) -> tuple[Any, str]:
+    """``plan_for_apply`` at ``budget``; under what any recompute reaches, at that least peak (said in the note)."""
+    device = [Device("dev", 1 << 40)]
+    try:
+        return plan_for_apply(program, device, settings, budget, calls=calls, optimizer_path=path,
+                              step_in_backward=in_backward), ""
+    except InfeasibleError as e:
+        least = budget + e.missing_bytes
+        for _ in range(3):  # the least peak of a refusal, planned again as a budget, may land a few bytes over
+            try:
+                fitted = plan_for_apply(program, device, settings, least, calls=calls, optimizer_path=path,
+                                        step_in_backward=in_backward)
+                break
+            except InfeasibleError as again:
+                least += again.missing_bytes
+        else:
+            raise e
+        return fitted, f"budget {least - budget} bytes under the least peak any recompute reaches, planned at that; "
+
+
+def _mpplan_row(name: str, planned: Any, case: Case, fresh: Callable[[], torch.nn.Module], device: torch.device,
+                eager: Run, program: Any, in_backward: bool, note: str) -> Row:
+    verify(program.graph, planned, check_capacity=False)
+    wrapped = apply(fresh(), planned, case.inputs, optimizer="adam",
+                    devices="virtual" if device.type == "cpu" else {"dev": str(device)})
+    run = train(wrapped, case.inputs, device, step_in_backward=in_backward)
+    predicted = wrapped.prediction().peak_bytes
+    recomputes = len(wrapped.recompute_ops)
+    note += f"{recomputes} ops recomputed" if recomputes else "no recompute"
+    if in_backward:
+        note += "; Adam steps per parameter in backward"
+    if wrapped.hooks is not None and wrapped.hooks.mismatch:
+        note += f"; MISMATCH {wrapped.hooks.mismatch}"
+    return Row(name, run.peak, run.step_s, run.calls, numerics(run, eager), note, predicted)
 
 
 def _compiled(module: torch.nn.Module, inputs: Any, device: torch.device, budget: float | None) -> Run:
@@ -313,12 +362,12 @@ def cuda_max_batch(case: Case, device: torch.device, limit: int = 256) -> list[t
         first = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs[0]
         return int(first.numel())
 
-    def attempt(make: Callable[[Any], torch.nn.Module], batch: int) -> float | None:
+    def attempt(make: Callable[[Any], torch.nn.Module], batch: int, in_backward: bool = False) -> float | None:
         inputs = case.inputs_for(batch)
         module = None
         try:
             module = make(inputs)
-            run = train(module, inputs, device, meter=False)
+            run = train(module, inputs, device, meter=False, step_in_backward=in_backward)
             return tokens(inputs) / run.step_s
         except torch.OutOfMemoryError:
             return None
@@ -355,13 +404,17 @@ def cuda_max_batch(case: Case, device: torch.device, limit: int = 256) -> list[t
         return program, module_calls(copy.deepcopy(model).to(device), _to(inputs, device))
 
     settings = PlannerSettings(placement="single", grads="dynamic")
-    fit = max_batch(capture, [Device("dev", CAP)], settings, int(CAP * 0.97), optimizer_path="foreach", limit=limit)
-    planned = fit.result.plan
-    rate = attempt(
-        lambda inputs: apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices={"dev": str(device)}),
-        fit.batch,
-    )
-    rows.append(("mpplan apply (max_batch)", fit.batch if rate is not None else 0, rate))
+    for in_backward in (False, True):
+        fit = max_batch(capture, [Device("dev", CAP)], settings, int(CAP * 0.97), optimizer_path="foreach",
+                        limit=limit, step_in_backward=in_backward)
+        planned = fit.result.plan
+        rate = attempt(
+            lambda inputs: apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices={"dev": str(device)}),
+            fit.batch,
+            in_backward,
+        )
+        name = "mpplan apply (max_batch" + (", step in backward)" if in_backward else ")")
+        rows.append((name, fit.batch if rate is not None else 0, rate))
     torch.cuda.set_per_process_memory_fraction(1.0, device)
     return rows
 
@@ -384,9 +437,9 @@ def render(case: Case, rows: list[Row]) -> str:
     return f"### {case.label}\n\n" + table(headers, body)
 
 
-def build(quick: bool, with_compile: bool, device: torch.device, gpt2_shape: tuple[int, int]) -> str:
+def build(quick: bool, compile_cases: list[str] | None, device: torch.device, gpt2_shape: tuple[int, int]) -> str:
     command = "python scripts/bench_remat_peers.py" + (" --quick" if quick else "") + (
-        " --compile" if with_compile else "")
+        "" if compile_cases is None else " ".join(["", "--compile", *compile_cases]))
     parts = [
         "## Remat in the user's loop: mpplan apply against HF gradient checkpointing and torch.compile",
         "",
@@ -398,7 +451,7 @@ def build(quick: bool, with_compile: bool, device: torch.device, gpt2_shape: tup
     with torch_threads(1 if device.type == "cpu" else torch.get_num_threads()):
         for case in cases(quick, device, gpt2_shape):
             started = time.perf_counter()
-            rows = bench_case(case, device, with_compile)
+            rows = bench_case(case, device, compile_cases)
             log(f"{case.name}: {time.perf_counter() - started:.0f}s")
             parts += [render(case, rows), ""]
             if device.type == "cuda":
@@ -415,7 +468,8 @@ def build(quick: bool, with_compile: bool, device: torch.device, gpt2_shape: tup
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="zoo_gpt only")
-    parser.add_argument("--compile", action="store_true", help="also run the torch.compile rows")
+    parser.add_argument("--compile", nargs="*", metavar="CASE",
+                        help="also run the torch.compile rows (of the cases named: zoo_gpt, gpt2_small; none: all)")
     parser.add_argument("--device", default="cpu", help="cpu (storage meter) or cuda (max_memory_allocated)")
     parser.add_argument("--gpt2-shape", default="2x256", help="GPT-2 small's batch x seq (8x512 on a GPU)")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing it")

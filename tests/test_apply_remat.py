@@ -134,12 +134,16 @@ def test_a_multi_device_plan_with_recompute_applies(gpt) -> None:
     model, inputs, program = gpt
     planned = _plan(program, 0.5, ndev=2)  # the budget bounds each device: at 0.6 two devices need no recompute
     assert planned.remat and len(set(planned.placement.values())) == 2
-    eager_peak, eager_losses, _ = _loop(copy.deepcopy(model), inputs)
-    wrapped = apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices="virtual")
+    reference = copy.deepcopy(model)
+    eager_peak, eager_losses, _ = _loop(reference, inputs)
+    user_model = copy.deepcopy(model)
+    wrapped = apply(user_model, planned, inputs, optimizer="adam", devices="virtual")
     assert set(wrapped.planned.values()) == {"cuda:0", "cuda:1"}
     peak, losses, _ = _loop(wrapped, inputs)
     assert wrapped.hooks is not None and wrapped.hooks.mismatch is None and wrapped.hooks.recomputed > 0
     assert losses == eager_losses
+    for (name, p), q in zip(user_model.named_parameters(), reference.parameters()):
+        assert torch.equal(p, q), name
     assert peak < eager_peak
     assert _within(peak, wrapped.prediction().peak_bytes)
 

@@ -191,7 +191,8 @@ class SearchSection:
     objective: Literal["min_peak", "min_time_that_fits", "max_batch"] = _doc(
         "min_peak: lowest measured peak; min_time_that_fits: fastest step that fits; "
         "max_batch: largest value of batch_key that fits, bisected on measured fit (a batch size, or "
-        "planner.remat.budget: the least recompute that fits)",
+        "planner.remat.budget: the least recompute that fits); fit is the plan's own peak, run by mpplan's "
+        "executor: for your own loop under mpplan.apply, mpplan.runtime.apply_budget.max_batch",
         default="min_peak",
     )
     batch_key: str = _doc(

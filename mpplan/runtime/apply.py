@@ -24,7 +24,13 @@ What it does, from the plan and the captured graph:
   lists those honoured);
 * backward ops run where autograd runs them, on their forward op's device, which
   is the rule the planner places backward ops by; gradients and optimizer state
-  live with their parameter, as planned.
+  live with their parameter, as planned;
+* with ``step_in_backward=optimizer`` (or ``PlannedModule.step_in_backward``), the
+  user's optimizer updates each parameter as soon as backward has made its
+  gradient, and the gradient is freed at once (``mpplan.runtime.apply_step``): the
+  gradients and the optimizer's temporaries no longer pile up at the step's end.
+  An option, because a loop that clips, accumulates or scales gradients between
+  ``backward()`` and ``step()`` needs them all.
 
 Memory is eager autograd's (saved tensors, ``.grad``, the optimizer's temporaries),
 not the plan's arenas: ``PlannedModule.prediction()`` is the peak predicted for
@@ -48,6 +54,7 @@ from torch.utils import _pytree as pytree
 from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec, SourceRole
 from mpplan.plan import Plan
 from mpplan.runtime.apply_memory import ApplyPrediction, predict_apply
+from mpplan.runtime.apply_step import StepInBackward, optimizer_path as optimizer_path_of
 from mpplan.runtime.devices import DevicesArg, map_devices
 from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, module_calls
 from mpplan.runtime.schedule import compile_schedule
@@ -65,12 +72,15 @@ def apply(
     optimizer: str | OptimizerSpec | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     devices: DevicesArg = None,
+    step_in_backward: torch.optim.Optimizer | None = None,
 ) -> PlannedModule:
     """Place ``model`` as ``plan`` says and return it wrapped for an ordinary loop.
 
     ``mode``, ``optimizer`` and ``loss_fn`` must be what the plan's graph was captured
     with (the graph hash is checked).  ``model``'s parameters and buffers are moved in
-    place; ``PlannedModule.remove()`` takes the hooks off again.
+    place (the same ``Parameter`` objects, so an optimizer made before or after works);
+    ``step_in_backward``: the user's optimizer, to step per parameter inside backward
+    (module docstring).  ``PlannedModule.remove()`` takes the hooks off again.
     """
     device_map = map_devices([d.name for d in plan.devices], devices)
     first = device_map.torch_device(plan.devices[0].name)
@@ -97,6 +107,8 @@ def apply(
     )
     if wrapped.hooks is not None:  # index the recomputes by the calls a real forward makes
         wrapped.hooks.policy = wrapped.hooks.policy.aligned(module_calls(wrapped, example_inputs))
+    if step_in_backward is not None:
+        wrapped.step_in_backward(step_in_backward)
     return wrapped
 
 
@@ -150,6 +162,7 @@ class PlannedModule(torch.nn.Module):
         self.param_devices = MappingProxyType(dict(param_devices))
         self.module_devices = MappingProxyType(dict(module_devices))
         self.planned = MappingProxyType(dict(planned or {}))
+        self.stepping: StepInBackward | None = None
         self._stack: list[torch.device] = []
         self._handles: list[Any] = []
         self._place_state()
@@ -170,25 +183,40 @@ class PlannedModule(torch.nn.Module):
         """The plan's recomputed forward ops this module honours (IR names)."""
         return self.hooks.policy.ops if self.hooks is not None else ()
 
+    def step_in_backward(self, optimizer: torch.optim.Optimizer) -> StepInBackward:
+        """Step ``optimizer`` per parameter inside backward from now on (``mpplan.runtime.apply_step``)."""
+        if self.stepping is not None:
+            self.stepping.remove()
+        self.stepping = StepInBackward(optimizer)
+        return self.stepping
+
     def prediction(self, optimizer_path: str | None = None) -> ApplyPrediction:
         """The peak this module is predicted to hold per step in a user's loop, all devices together.
 
         ``optimizer_path`` is how ``torch.optim`` runs the update: ``"foreach"``
         (its default when the parameters are on CUDA) or ``"single"`` (elsewhere);
-        ``None`` picks that default from where the parameters are.
+        ``None`` reads it from the optimizer stepping in backward, if any, else picks
+        that default from where the parameters are.  The step in backward is modelled
+        while it is on.
         """
         if self.program is None:
             raise ValueError("prediction: this PlannedModule was not made by apply (it has no captured program)")
+        if optimizer_path is None and self.stepping is not None:
+            optimizer_path = optimizer_path_of(self.stepping.optimizer)
         if optimizer_path is None:
             on_cuda = all(p.device.type == "cuda" for p in self.module.parameters())
             optimizer_path = "foreach" if on_cuda else "single"
-        return predict_apply(self.program, self.recompute_ops, optimizer_path=optimizer_path)
+        return predict_apply(self.program, self.recompute_ops, optimizer_path=optimizer_path,
+                             step_in_backward=self.stepping is not None)
 
     def remove(self) -> None:
-        """Take the hooks off (parameters stay where they are)."""
+        """Take the hooks off (parameters stay where they are); the optimizer steps at ``step()`` again."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self.stepping is not None:
+            self.stepping.remove()
+            self.stepping = None
 
     def _place_state(self) -> None:
         with torch.no_grad():

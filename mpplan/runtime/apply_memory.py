@@ -22,8 +22,16 @@ capture recorded, then the optimizer.
   single-tensor loop, where ``denom = (exp_avg_sq.sqrt() / bc2).add_(eps)`` holds two
   parameter-sized temporaries at once; on CUDA its ``foreach`` path takes
   ``_foreach_sqrt`` of every ``exp_avg_sq`` at once, one temporary per parameter,
-  all live together.  SGD without momentum updates in place.  Adam's per-parameter
+  all live together.  The loop's ``denom`` lives on into the next parameter's
+  iteration (a local variable); the loop is modelled as one parameter group in the
+  model's order.  SGD without momentum updates in place.  Adam's per-parameter
   ``step`` counters (4-byte host scalars) are not modelled.
+* **The step in backward** (``step_in_backward=True``, ``mpplan.runtime.apply_step``):
+  each parameter's update runs as soon as its gradient is complete, right after the
+  backward node that makes it (autograd runs an ``AccumulateGrad`` node, and so its
+  hook, before any other ready node), and the gradient dies after that update: it is
+  no longer an output of the step.  On either path the update is one parameter's:
+  two temporaries on the loop's path, one on ``foreach``'s.
 """
 
 from __future__ import annotations
@@ -49,7 +57,8 @@ class ApplyPrediction:
 
     ``peak_bytes = static_bytes + load_bytes`` (``sim``) over ``graph``;
     ``recompute_ops`` are the forward ops recomputed, ``optimizer_path`` the
-    ``torch.optim`` path modelled.
+    ``torch.optim`` path modelled, ``step_in_backward`` whether the update runs per
+    parameter inside backward.
     """
 
     peak_bytes: int
@@ -58,21 +67,30 @@ class ApplyPrediction:
     recompute_ops: tuple[str, ...]
     optimizer_path: str
     graph: Graph
+    step_in_backward: bool = False
 
 
 def predict_apply(
-    program: CapturedProgram, recompute_ops: Iterable[str] = (), *, optimizer_path: str = "single"
+    program: CapturedProgram,
+    recompute_ops: Iterable[str] = (),
+    *,
+    optimizer_path: str = "single",
+    step_in_backward: bool = False,
 ) -> ApplyPrediction:
     """Predict ``apply``'s peak for ``program`` with ``recompute_ops`` recomputed (module docstring)."""
     ops = tuple(recompute_ops)
-    graph = apply_memory_graph(program, ops, optimizer_path=optimizer_path)
+    graph = apply_memory_graph(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward)
     static = sim.static_bytes(graph)
     load = sim.order_load(graph, range(len(graph.ops)))
-    return ApplyPrediction(static + load, static, load, ops, optimizer_path, graph)
+    return ApplyPrediction(static + load, static, load, ops, optimizer_path, graph, step_in_backward)
 
 
 def apply_memory_graph(
-    program: CapturedProgram, recompute_ops: Iterable[str] = (), *, optimizer_path: str = "single"
+    program: CapturedProgram,
+    recompute_ops: Iterable[str] = (),
+    *,
+    optimizer_path: str = "single",
+    step_in_backward: bool = False,
 ) -> Graph:
     """The graph eager PyTorch runs for ``program`` under ``apply`` (module docstring)."""
     if optimizer_path not in OPTIMIZER_PATHS:
@@ -84,7 +102,7 @@ def apply_memory_graph(
     graph = _held_to_node_end(graph, program)
     if program.optimizer is None:
         return graph
-    return _with_torch_optim(graph, program, optimizer_path)
+    return _with_torch_optim(graph, program, optimizer_path, step_in_backward)
 
 
 def _held_to_node_end(graph: Graph, program: CapturedProgram) -> Graph:
@@ -118,49 +136,71 @@ def _held_to_node_end(graph: Graph, program: CapturedProgram) -> Graph:
     return Graph(graph.name, graph.tensors, tuple(ops), graph.outputs).validate()
 
 
-def _with_torch_optim(graph: Graph, program: CapturedProgram, path: str) -> Graph:
-    """``graph`` with the captured update replaced by ``torch.optim``'s, temporaries included."""
+def _with_torch_optim(graph: Graph, program: CapturedProgram, path: str, in_backward: bool) -> Graph:
+    """``graph`` with the captured update replaced by ``torch.optim``'s, temporaries included.
+
+    ``in_backward``: each parameter's update follows the backward node that completes
+    its gradient, and the gradient is no output (``apply_step``).
+    """
     kept = [op for op in graph.ops if program.op_phases.get(op.name) != "optimizer"]
-    used = {t for op in kept for t in (*op.inputs, *op.outputs)} | set(graph.outputs)
     tensors = {t.name: t for t in graph.tensors}
     states: dict[str, dict[str, str]] = {}
     for src in program.sources:
         if src.role is SourceRole.OPTIMIZER_STATE and src.key:
             states.setdefault(src.key, {})[str(src.state)] = src.tensor
-    shared = [s.tensor for s in program.sources if s.role is SourceRole.OPTIMIZER_STATE and not s.key]
+    shared = tuple(s.tensor for s in program.sources if s.role is SourceRole.OPTIMIZER_STATE and not s.key)
     param_of = {s.key: s.tensor for s in program.sources if s.role is SourceRole.PARAM}
     params = [(fqn, param_of[fqn], grad) for fqn, grad in program.grads.items()]
     adam = program.optimizer is not None and program.optimizer.name == "adam"
     extra: list[Tensor] = []
-    update: list[Op] = []
 
     def temp(name: str, like: str) -> str:
         extra.append(Tensor(name, _storage_bytes(tensors, like), Kind.WORKSPACE))
         return name
 
-    if not adam:  # SGD without momentum: p.add_(g, alpha=-lr), in place, either path
+    def one(fqn: str, p: str, g: str, previous: tuple[str, ...] = ()) -> list[Op]:
+        """One parameter's update: the loop's body, or ``foreach`` over a list of one.
+
+        ``previous``: the last iteration's ``denom``, which the loop's local variable
+        keeps alive until this iteration's ``denom`` replaces it.
+        """
+        if not adam:  # SGD without momentum: p.add_(g, alpha=-lr), in place, either path
+            return [Op(f"optim.{fqn}", "sgd", (p, g), (p,))]
+        avg, sq = _adam_states(states, fqn)
+        update = [Op(f"optim.{fqn}.moments", "adam_moments", (avg, sq, g, *shared), (avg, sq, *shared)),
+                  Op(f"optim.{fqn}.sqrt", "sqrt", (sq, *previous), (temp(f"optim.{fqn}.sqrt", sq),))]
+        denom = f"optim.{fqn}.sqrt"
+        if path == "single":  # denom = (exp_avg_sq.sqrt() / bc2).add_(eps): a second temporary
+            update.append(Op(f"optim.{fqn}.div", "div", (denom, *previous), (temp(f"optim.{fqn}.denom", sq),)))
+            denom = f"optim.{fqn}.denom"
+        # ``.grad`` stays set until the update is over: in backward, the hook frees it after ``step()``.
+        update.append(Op(f"optim.{fqn}.step", "addcdiv_", (p, avg, denom, g), (p,)))
+        return update
+
+    outputs = graph.outputs
+    if in_backward:
+        ready = _grads_ready(kept, program, [g for _, _, g in params])
+        after: dict[int, list[Op]] = {}
         for fqn, p, g in params:
-            update.append(Op(f"optim.{fqn}", "sgd", (p, g), (p,)))
-    elif path == "single":
-        for fqn, p, g in params:
-            avg, sq = _adam_states(states, fqn)
-            t1 = temp(f"optim.{fqn}.sqrt", sq)
-            t2 = temp(f"optim.{fqn}.denom", sq)
-            update.append(Op(f"optim.{fqn}.moments", "adam_moments", (avg, sq, g, *shared), (avg, sq, *shared)))
-            update.append(Op(f"optim.{fqn}.sqrt", "sqrt", (sq,), (t1,)))
-            update.append(Op(f"optim.{fqn}.div", "div", (t1,), (t2,)))
-            update.append(Op(f"optim.{fqn}.step", "addcdiv_", (p, avg, t2), (p,)))
-    else:
+            after.setdefault(ready[g], []).extend(one(fqn, p, g))
+        ops = [step for k, op in enumerate(kept) for step in (op, *after.get(k, ()))]
+        grads = {_base(tensors, g) for _, _, g in params}  # the step's outputs name a gradient or its base
+        outputs = tuple(t for t in outputs if _base(tensors, t) not in grads)
+    elif not adam or path == "single":  # one loop over the parameters (one group, in the model's order)
+        ops = list(kept)
+        for k, (fqn, p, g) in enumerate(params):
+            ops += one(fqn, p, g, (f"optim.{params[k - 1][0]}.denom",) if adam and k else ())
+    else:  # foreach over every parameter at once: one sqrt temporary per parameter, all live together
         avgs = [_adam_states(states, fqn)[0] for fqn, _, _ in params]
         sqs = [_adam_states(states, fqn)[1] for fqn, _, _ in params]
-        grads = [g for _, _, g in params]
         temps = [temp(f"optim.{fqn}.sqrt", sq) for (fqn, _, _), sq in zip(params, sqs)]
-        update.append(Op("optim.moments", "_foreach_adam_moments", (*avgs, *sqs, *grads, *shared),
-                         (*avgs, *sqs, *shared)))
-        update.append(Op("optim.sqrt", "_foreach_sqrt", tuple(sqs), tuple(temps)))
-        update.append(Op("optim.step", "_foreach_addcdiv_", (*(p for _, p, _ in params), *avgs, *temps),
-                         tuple(p for _, p, _ in params)))
-    touched = used | {t for op in update for t in (*op.inputs, *op.outputs)}
+        ops = [*kept,
+               Op("optim.moments", "_foreach_adam_moments", (*avgs, *sqs, *(g for _, _, g in params), *shared),
+                  (*avgs, *sqs, *shared)),
+               Op("optim.sqrt", "_foreach_sqrt", tuple(sqs), tuple(temps)),
+               Op("optim.step", "_foreach_addcdiv_", (*(p for _, p, _ in params), *avgs, *temps),
+                  tuple(p for _, p, _ in params))]
+    touched = {t for op in ops for t in (*op.inputs, *op.outputs)} | set(outputs)
     made_by_update = {
         t for op in graph.ops if program.op_phases.get(op.name) == "optimizer" for t in op.outputs if t not in op.inputs
     }
@@ -171,7 +211,30 @@ def _with_torch_optim(graph: Graph, program: CapturedProgram, path: str) -> Grap
             dropped.add(t.name)
         else:
             kept_tensors.append(t)
-    return Graph(graph.name, (*kept_tensors, *extra), (*kept, *update), graph.outputs).validate()
+    return Graph(graph.name, (*kept_tensors, *extra), tuple(ops), outputs).validate()
+
+
+def _grads_ready(ops: list[Op], program: CapturedProgram, grads: Iterable[str]) -> dict[str, int]:
+    """Gradient -> index of the op after which it is complete: the last op of the backward node that writes it last.
+
+    Autograd runs a node whole, then the ``AccumulateGrad`` it made ready (those come
+    first among ready nodes), so the update follows the node's end, not the op.
+    """
+    node_end: dict[str, int] = {}
+    last_write: dict[str, int] = {}
+    for k, op in enumerate(ops):
+        if op.backward_of is not None and program.op_phases.get(op.name) == "backward":
+            node_end[op.backward_of] = k
+        for t in op.outputs:
+            last_write[t] = k
+    ready = {}
+    for g in grads:
+        k = last_write[g]
+        op = ops[k]
+        if op.backward_of is not None and program.op_phases.get(op.name) == "backward":
+            k = max(k, node_end[op.backward_of])
+        ready[g] = k
+    return ready
 
 
 def _adam_states(states: dict[str, dict[str, str]], fqn: str) -> tuple[str, str]:
@@ -180,7 +243,12 @@ def _adam_states(states: dict[str, dict[str, str]], fqn: str) -> tuple[str, str]
 
 
 def _storage_bytes(tensors: dict[str, Tensor], name: str) -> int:
+    return tensors[_base(tensors, name)].nbytes
+
+
+def _base(tensors: dict[str, Tensor], name: str) -> str:
+    """The tensor owning ``name``'s storage (``name`` unless it is a view)."""
     t = tensors[name]
     while t.alias_of is not None:
         t = tensors[t.alias_of]
-    return t.nbytes
+    return t.name
