@@ -40,31 +40,86 @@ def check_no_overlap(buffers: dict[str, Buffer], device: str, storages: list[str
                      last: dict[str, int]) -> None:
     """Sweep over steps; among buffers live together, neighbours by offset must not intersect.
 
-    The live buffers are kept disjoint and sorted by offset, so a new one need only be
-    compared with its two neighbours.
+    The live buffers are kept disjoint and ordered by offset (``_Disjoint``), so a new one need
+    only be compared with its two neighbours: the one starting below it and the one starting at
+    or above it.
     """
     sized = [s for s in storages if buffers[s].bytes]  # sorted by name: the stable sorts break ties by name
     starts = sorted(sized, key=first.__getitem__)
     ends = sorted(sized, key=last.__getitem__)
-    active: list[tuple[int, int, str]] = []  # (offset, end, name), disjoint, sorted by offset
-    j = 0
+    live = _Disjoint()
+    j, n = 0, len(ends)
     for s in starts:
-        while j < len(ends) and last[ends[j]] < first[s]:
-            gone = ends[j]
-            buf = buffers[gone]
-            active.pop(bisect.bisect_left(active, (buf.offset, buf.offset + buf.bytes, gone)))
+        begin = first[s]
+        while j < n and last[ends[j]] < begin:
+            live.remove(buffers[ends[j]].offset)
             j += 1
         buf = buffers[s]
-        item = (buf.offset, buf.offset + buf.bytes, s)
-        pos = bisect.bisect_left(active, item)
-        for other in active[max(0, pos - 1) : pos + 1]:
-            if other[0] < item[1] and item[0] < other[1]:
+        offset, end = buf.offset, buf.offset + buf.bytes
+        for other in live.neighbours(offset):
+            other_end, name = live.ends[other]
+            if other < end and offset < other_end:
                 _fail(
-                    f"device {device}: tensors {other[2]!r} and {s!r} are live together (steps "
-                    f"{first[other[2]]}..{last[other[2]]} and {first[s]}..{last[s]}) but their buffers overlap "
-                    f"([{other[0]}, {other[1]}) and [{item[0]}, {item[1]}))"
+                    f"device {device}: tensors {name!r} and {s!r} are live together (steps "
+                    f"{first[name]}..{last[name]} and {begin}..{last[s]}) but their buffers overlap "
+                    f"([{other}, {other_end}) and [{offset}, {end}))"
                 )
-        active.insert(pos, item)
+        live.add(offset, end, s)
+
+
+#: Starts per bucket of ``_Disjoint`` after a split: a few hundred keeps both the buckets and their count short.
+_BUCKET = 256
+
+
+class _Disjoint:
+    """Disjoint, non-empty intervals keyed by their start offset, in order.
+
+    The starts are kept sorted in buckets of at most ``2 * _BUCKET`` (a plain sorted list
+    would move every later start on each insert and removal: quadratic when tens of
+    thousands of buffers are live at once); ``ends`` maps a start to (end, storage).
+    """
+
+    def __init__(self) -> None:
+        self.buckets: list[list[int]] = []
+        self.maxes: list[int] = []  # the last start of each bucket
+        self.ends: dict[int, tuple[int, str]] = {}
+
+    def neighbours(self, offset: int) -> list[int]:
+        """The start just below ``offset`` and the first start at or above it, those that exist."""
+        buckets, maxes = self.buckets, self.maxes
+        i = bisect.bisect_left(maxes, offset)
+        if i == len(maxes):
+            return [maxes[-1]] if maxes else []
+        bucket = buckets[i]
+        k = bisect.bisect_left(bucket, offset)
+        if k:
+            return [bucket[k - 1], bucket[k]]
+        return [buckets[i - 1][-1], bucket[0]] if i else [bucket[0]]
+
+    def add(self, offset: int, end: int, name: str) -> None:
+        self.ends[offset] = (end, name)
+        buckets, maxes = self.buckets, self.maxes
+        if not buckets:
+            buckets.append([offset])
+            maxes.append(offset)
+            return
+        i = min(bisect.bisect_left(maxes, offset), len(maxes) - 1)
+        bucket = buckets[i]
+        bisect.insort(bucket, offset)
+        maxes[i] = bucket[-1]
+        if len(bucket) > 2 * _BUCKET:
+            buckets[i : i + 1] = [bucket[:_BUCKET], bucket[_BUCKET:]]
+            maxes[i : i + 1] = [bucket[_BUCKET - 1], bucket[-1]]
+
+    def remove(self, offset: int) -> None:
+        del self.ends[offset]
+        i = bisect.bisect_left(self.maxes, offset)
+        bucket = self.buckets[i]
+        del bucket[bisect.bisect_left(bucket, offset)]
+        if bucket:
+            self.maxes[i] = bucket[-1]
+        else:
+            del self.buckets[i], self.maxes[i]
 
 
 def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: list[str], dynamic: list[str],
