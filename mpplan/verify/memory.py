@@ -7,18 +7,22 @@ costs ``O(n log n)``; nothing here compares pairs of buffers.
 from __future__ import annotations
 
 import bisect
+import itertools
 
 from mpplan.errors import VerificationError
 from mpplan.plan import Buffer, DevicePlan, Plan
 
 
-def check_buffers(plan: Plan, size: dict[str, int], dynamic: set[str], home: dict[str, str], alignment: int) -> None:
-    """Every dynamic storage has an aligned buffer on its device, big enough, inside the arena; nothing else has one."""
+def check_buffers(plan: Plan, size: dict[str, int], dynamic: dict[str, None], home: dict[str, str],
+                  alignment: int) -> None:
+    """Every dynamic storage has an aligned buffer on its device, big enough, inside the arena; nothing else has one.
+
+    ``dynamic`` holds the dynamic storages in name order, the order in which they are checked."""
     for name in plan.buffers:
         if name not in dynamic:
             _fail(f"buffer {name!r}: not a dynamic storage of the graph")
     arena = {d.name: d.arena_bytes for d in plan.devices}
-    for s in sorted(dynamic):
+    for s in dynamic:
         buf = plan.buffers.get(s)
         if buf is None:
             _fail(f"tensor {s!r}: dynamic storage without a buffer")
@@ -129,7 +133,7 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
     static_bytes = sum(size[s] for s in static)
     if device.static_bytes != static_bytes:
         _fail(f"device {device.name}: static_bytes claimed {device.static_bytes}, the graph gives {static_bytes}")
-    used = max((plan.buffers[s].offset + plan.buffers[s].bytes for s in dynamic), default=0)
+    used = max((b.offset + b.bytes for b in map(plan.buffers.__getitem__, dynamic)), default=0)
     if device.arena_bytes < used:
         _fail(f"device {device.name}: arena_bytes {device.arena_bytes} is below the buffers' extent {used}")
     if device.peak_bytes != device.static_bytes + device.arena_bytes:
@@ -137,14 +141,11 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
             f"device {device.name}: peak_bytes {device.peak_bytes} != static {device.static_bytes} "
             f"+ arena {device.arena_bytes}"
         )
-    events: dict[int, int] = {}
+    change = [0] * (len(plan.schedule) + 1)  # live bytes at step i: the sum of change[:i + 1]
     for s in dynamic:
-        events[first[s]] = events.get(first[s], 0) + size[s]
-        events[last[s] + 1] = events.get(last[s] + 1, 0) - size[s]
-    live = load = 0
-    for step in sorted(events):
-        live += events[step]
-        load = max(load, live)
+        change[first[s]] += size[s]
+        change[last[s] + 1] -= size[s]
+    load = max(itertools.accumulate(change, initial=0))
     if device.lower_bound_bytes != static_bytes + load:
         _fail(
             f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"
