@@ -18,12 +18,14 @@ def check_buffers(plan: Plan, size: dict[str, int], dynamic: dict[str, None], ho
     """Every dynamic storage has an aligned buffer on its device, big enough, inside the arena; nothing else has one.
 
     ``dynamic`` holds the dynamic storages in name order, the order in which they are checked."""
-    for name in plan.buffers:
-        if name not in dynamic:
-            _fail(f"buffer {name!r}: not a dynamic storage of the graph")
+    buffers = plan.buffers
+    if not buffers.keys() <= dynamic.keys():  # the common case in C; the loop names the first stray buffer
+        for name in buffers:
+            if name not in dynamic:
+                _fail(f"buffer {name!r}: not a dynamic storage of the graph")
     arena = {d.name: d.arena_bytes for d in plan.devices}
     for s in dynamic:
-        buf = plan.buffers.get(s)
+        buf = buffers.get(s)
         if buf is None:
             _fail(f"tensor {s!r}: dynamic storage without a buffer")
             return
@@ -143,8 +145,9 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
         )
     change = [0] * (len(plan.schedule) + 1)  # live bytes at step i: the sum of change[:i + 1]
     for s in dynamic:
-        change[first[s]] += size[s]
-        change[last[s] + 1] -= size[s]
+        n = size[s]
+        change[first[s]] += n
+        change[last[s] + 1] -= n
     load = max(itertools.accumulate(change, initial=0))
     if device.lower_bound_bytes != static_bytes + load:
         _fail(
