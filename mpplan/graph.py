@@ -440,7 +440,7 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
     producer = tuple(p if p < 0 else position[p] for p in topo.producer)
     preds = _dependencies(op_inputs, op_outputs, producer, topo.storage_of)
     for i, ps in enumerate(preds):
-        if any(p > i for p in ps):
+        if ps and max(ps) > i:
             late = next(p for p in ps if p > i)
             raise GraphError(
                 f"op {new.ops[i].name!r}: listed before op {new.ops[late].name!r} it depends on; "
@@ -452,12 +452,12 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
             succs[p].append(i)
     new.__dict__["topology"] = Topology(  # where the cached property keeps what ``topology`` would return
         tensor_index=topo.tensor_index,
-        op_index={op.name: i for i, op in enumerate(new.ops)},
+        op_index=dict(zip([op.name for op in new.ops], range(len(order)))),
         storage_of=topo.storage_of,
         nbytes=topo.nbytes,
         is_static=topo.is_static,
         producer=producer,
-        consumers=tuple(tuple(sorted(position[c] for c in cs)) if cs else () for cs in topo.consumers),
+        consumers=tuple([tuple(sorted(map(position.__getitem__, cs))) if cs else () for cs in topo.consumers]),
         op_inputs=op_inputs,
         op_outputs=op_outputs,
         op_storages=tuple(topo.op_storages[k] for k in order),
