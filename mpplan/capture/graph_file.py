@@ -51,7 +51,7 @@ from mpplan.durable import write_text
 from mpplan.errors import GraphError, GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.reading import DocumentError, load_json, load_yaml, read_text
-from mpplan.units import MAX_BYTES, dtype_bytes, parse_size
+from mpplan.units import DTYPE_BYTES, MAX_BYTES, dtype_bytes, parse_size
 
 #: Content formats ``load_graph`` accepts; ``auto`` decides from the content.
 FORMATS = ("auto", "mpplan", "node-link")
@@ -65,6 +65,8 @@ _TOP_KEY_SET = frozenset(_TOP_KEYS)
 _TENSOR_KEY_SET = frozenset(_TENSOR_KEYS)
 _OP_KEY_SET = frozenset(_OP_KEYS)
 _KINDS = {k.value: k for k in Kind}
+#: Element width of each dtype name a graph file may use (``torch.float32`` as well as ``float32``).
+_WIDTHS = {**DTYPE_BYTES, **{f"torch.{name}": width for name, width in DTYPE_BYTES.items()}}
 
 
 def load_graph(
@@ -177,13 +179,13 @@ def _graph_from_doc(doc: object, default_name: str) -> Graph:
     for tname, spec in specs.items():
         if not isinstance(tname, str):
             raise GraphFileError(f"tensors: tensor names must be strings, got {_show(tname)}")
-        tensors.append(_tensor(tname, spec, f"tensors.{tname}"))
+        tensors.append(_tensor(tname, spec))
     op_specs = doc["ops"]
     if op_specs is None:
         op_specs = []
     if not isinstance(op_specs, list):
         raise GraphFileError(f"ops: expected a list of ops, got {_show(op_specs)}")
-    ops = [_op(spec, f"ops[{i}]") for i, spec in enumerate(op_specs)]
+    ops = [_op(spec, i) for i, spec in enumerate(op_specs)]
     outputs = _names(doc.get("outputs"), "", "outputs")
     return Graph(name, tuple(tensors), tuple(ops), outputs)
 
@@ -231,7 +233,30 @@ def _content_format(doc: object) -> str:
     raise GraphFileError(f"not a graph file: expected a mapping with ops and tensors, got {got}")
 
 
-def _tensor(name: str, spec: object, where: str) -> Tensor:
+def _tensor(name: str, spec: object) -> Tensor:
+    """The tensor ``tensors.<name>`` describes.  The plain case, every field given with its usual
+    type (an int of bytes, a list of ints, a known dtype and kind, strings), is checked inline; any
+    other goes through the field checkers in order (``_checked_tensor``), which name the first bad field."""
+    if type(spec) is dict and spec.keys() <= _TENSOR_KEY_SET:
+        get = spec.get
+        nbytes, shape, dtype, kind = get("bytes"), get("shape"), get("dtype"), get("kind")
+        alias_of, grad_of = get("alias_of"), get("grad_of")
+        if (
+            (nbytes is None or (type(nbytes) is int and 0 <= nbytes <= MAX_BYTES))
+            and (shape is None or (type(shape) is list and _INT_ONLY.issuperset(map(type, shape))
+                                   and (not shape or min(shape) >= 0)))
+            and (dtype is None or (type(dtype) is str and dtype in _WIDTHS))
+            and (kind is None or (type(kind) is str and kind in _KINDS))
+            and (alias_of is None or type(alias_of) is str)
+            and (grad_of is None or type(grad_of) is str)
+        ):
+            return _tensor_of(name, nbytes, None if shape is None else tuple(shape), dtype,
+                              None if dtype is None else _WIDTHS[dtype], _KINDS[kind or "activation"],
+                              alias_of, grad_of)
+    return _checked_tensor(name, spec, f"tensors.{name}")
+
+
+def _checked_tensor(name: str, spec: object, where: str) -> Tensor:
     if not isinstance(spec, dict):
         raise GraphFileError(f"{where}: expected a mapping of fields ({', '.join(_TENSOR_KEYS)}), got {_show(spec)}")
     _check_keys(spec, _TENSOR_KEY_SET, _TENSOR_KEYS, where)
@@ -242,25 +267,52 @@ def _tensor(name: str, spec: object, where: str) -> Tensor:
     kind = _kind(get("kind"), where, "kind")
     alias_of = _optional_str(get("alias_of"), where, "alias_of")
     grad_of = _optional_str(get("grad_of"), where, "grad_of")
+    return _tensor_of(name, nbytes, shape, dtype, width, kind, alias_of, grad_of)
+
+
+def _tensor_of(name: str, nbytes: int | None, shape: tuple[int, ...] | None, dtype: str | None, width: int | None,
+               kind: Kind, alias_of: str | None, grad_of: str | None) -> Tensor:
+    """The tensor from its checked fields: ``bytes`` against (or derived from) shape and dtype."""
     derived = None if shape is None or width is None else math.prod(shape) * width
     if derived is not None and derived > MAX_BYTES:
-        raise GraphFileError(f"{where}: shape {_show(list(shape or ()))} makes more than 2**62 bytes")
+        raise GraphFileError(f"tensors.{name}: shape {_show(list(shape or ()))} makes more than 2**62 bytes")
     if nbytes is None:
         if alias_of is not None:
             nbytes = 0
         elif derived is None:
-            raise GraphFileError(f"{where}: needs bytes, or shape and dtype")
+            raise GraphFileError(f"tensors.{name}: needs bytes, or shape and dtype")
         else:
             nbytes = derived
     elif derived is not None and derived != nbytes:
         raise GraphFileError(
-            f"{where}: bytes {nbytes} disagree with shape {list(shape or ())} and dtype {dtype}, "
+            f"tensors.{name}: bytes {nbytes} disagree with shape {list(shape or ())} and dtype {dtype}, "
             f"which give {derived} bytes"
         )
     return Tensor(name, nbytes, kind, shape, dtype, alias_of, grad_of)
 
 
-def _op(spec: object, where: str) -> Op:
+def _op(spec: object, i: int) -> Op:
+    """The op ``ops[i]`` describes; the plain case (name and type strings, lists of names, a float
+    or int cost, strings or nulls for the rest) inline, any other through ``_checked_op``."""
+    if type(spec) is dict and spec.keys() <= _OP_KEY_SET:
+        get = spec.get
+        name, type_, inputs, outputs, cost = get("name"), get("type"), get("inputs"), get("outputs"), get("cost")
+        optional = (get("device"), get("backward_of"), get("module"), get("stage"), get("recompute_of"))
+        if (
+            type(name) is str
+            and type(type_) is str
+            and (inputs is None or (type(inputs) is list and _STR_ONLY.issuperset(map(type, inputs))))
+            and (outputs is None or (type(outputs) is list and _STR_ONLY.issuperset(map(type, outputs))))
+            and (cost is None or (type(cost) is float and 0.0 <= cost < math.inf)
+                 or (type(cost) is int and 0 <= cost <= MAX_BYTES))
+            and _OPTIONAL_ONLY.issuperset(map(type, optional))
+        ):
+            return Op(name, type_, () if inputs is None else tuple(inputs), () if outputs is None else tuple(outputs),
+                      0.0 if cost is None else float(cost), *optional)
+    return _checked_op(spec, f"ops[{i}]")
+
+
+def _checked_op(spec: object, where: str) -> Op:
     if not isinstance(spec, dict):
         raise GraphFileError(f"{where}: expected a mapping of op fields (name, type, inputs, ...), got {_show(spec)}")
     _check_keys(spec, _OP_KEY_SET, _OP_KEYS, where)
@@ -331,6 +383,8 @@ def _size(value: object, where: str, key: str) -> int | None:
 
 
 _INT_ONLY = frozenset({int})
+_STR_ONLY = frozenset({str})
+_OPTIONAL_ONLY = frozenset({str, type(None)})
 
 
 def _shape(value: object, where: str, key: str) -> tuple[int, ...] | None:

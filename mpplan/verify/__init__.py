@@ -73,18 +73,19 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     first, last, home = run.first, dict(run.last), run.home
     grads_dynamic = truth.grads == "dynamic"
     static = {s for s in _static_storages(graph, tensors, grads_dynamic) if s in home}
-    dynamic = home.keys() - static
+    named = sorted(home)  # every check below goes in name order, so the first violation is reported
+    dynamic = dict.fromkeys(s for s in named if s not in static)  # a set, in name order
     end = len(plan.schedule) - 1
     held_to_end = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
-        held_to_end |= {t.name for t in graph.tensors if _is_param_grad(tensors, t)}
+        held_to_end |= {t.name for t in graph.tensors if t.kind is Kind.GRAD and _is_param_grad(tensors, t)}
     for name in held_to_end:
         if root[name] in last:
             last[root[name]] = end
     size = {s: tensors[s].nbytes for s in home}
     check_buffers(plan, size, dynamic, home, truth.alignment)
     by_device: dict[str, tuple[list[str], list[str]]] = {d.name: ([], []) for d in plan.devices}
-    for s in sorted(home):
+    for s in named:
         by_device[home[s]][s in dynamic].append(s)
     for device in plan.devices:
         mine_static, mine = by_device[device.name]
@@ -115,8 +116,10 @@ def _fail(message: str) -> None:
 
 def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     """Root of every alias chain, memoised so that long chains cost linear time."""
-    roots: dict[str, str] = {}
+    roots = {name: name for name, t in tensors.items() if t.alias_of is None}  # most tensors: their own root
     for name in tensors:
+        if name in roots:
+            continue
         chain, cur = [], name
         while cur not in roots and tensors[cur].alias_of is not None:
             if cur in chain:
@@ -133,7 +136,9 @@ def _static_storages(graph: Graph, tensors: dict[str, Tensor], grads_dynamic: bo
     """Roots resident for the whole step: inputs, params, optimizer state, and (``grads: static``) param grads."""
     static = set()
     for t in graph.tensors:
-        if t.alias_of is None and (t.kind in _ALWAYS_STATIC or (not grads_dynamic and _is_param_grad(tensors, t))):
+        if t.alias_of is None and (
+            t.kind in _ALWAYS_STATIC or (not grads_dynamic and t.kind is Kind.GRAD and _is_param_grad(tensors, t))
+        ):
             static.add(t.name)
     return static
 

@@ -7,19 +7,25 @@ costs ``O(n log n)``; nothing here compares pairs of buffers.
 from __future__ import annotations
 
 import bisect
+import itertools
 
 from mpplan.errors import VerificationError
 from mpplan.plan import Buffer, DevicePlan, Plan
 
 
-def check_buffers(plan: Plan, size: dict[str, int], dynamic: set[str], home: dict[str, str], alignment: int) -> None:
-    """Every dynamic storage has an aligned buffer on its device, big enough, inside the arena; nothing else has one."""
-    for name in plan.buffers:
-        if name not in dynamic:
-            _fail(f"buffer {name!r}: not a dynamic storage of the graph")
+def check_buffers(plan: Plan, size: dict[str, int], dynamic: dict[str, None], home: dict[str, str],
+                  alignment: int) -> None:
+    """Every dynamic storage has an aligned buffer on its device, big enough, inside the arena; nothing else has one.
+
+    ``dynamic`` holds the dynamic storages in name order, the order in which they are checked."""
+    buffers = plan.buffers
+    if not buffers.keys() <= dynamic.keys():  # the common case in C; the loop names the first stray buffer
+        for name in buffers:
+            if name not in dynamic:
+                _fail(f"buffer {name!r}: not a dynamic storage of the graph")
     arena = {d.name: d.arena_bytes for d in plan.devices}
-    for s in sorted(dynamic):
-        buf = plan.buffers.get(s)
+    for s in dynamic:
+        buf = buffers.get(s)
         if buf is None:
             _fail(f"tensor {s!r}: dynamic storage without a buffer")
             return
@@ -40,31 +46,86 @@ def check_no_overlap(buffers: dict[str, Buffer], device: str, storages: list[str
                      last: dict[str, int]) -> None:
     """Sweep over steps; among buffers live together, neighbours by offset must not intersect.
 
-    The live buffers are kept disjoint and sorted by offset, so a new one need only be
-    compared with its two neighbours.
+    The live buffers are kept disjoint and ordered by offset (``_Disjoint``), so a new one need
+    only be compared with its two neighbours: the one starting below it and the one starting at
+    or above it.
     """
     sized = [s for s in storages if buffers[s].bytes]  # sorted by name: the stable sorts break ties by name
     starts = sorted(sized, key=first.__getitem__)
     ends = sorted(sized, key=last.__getitem__)
-    active: list[tuple[int, int, str]] = []  # (offset, end, name), disjoint, sorted by offset
-    j = 0
+    live = _Disjoint()
+    j, n = 0, len(ends)
     for s in starts:
-        while j < len(ends) and last[ends[j]] < first[s]:
-            gone = ends[j]
-            buf = buffers[gone]
-            active.pop(bisect.bisect_left(active, (buf.offset, buf.offset + buf.bytes, gone)))
+        begin = first[s]
+        while j < n and last[ends[j]] < begin:
+            live.remove(buffers[ends[j]].offset)
             j += 1
         buf = buffers[s]
-        item = (buf.offset, buf.offset + buf.bytes, s)
-        pos = bisect.bisect_left(active, item)
-        for other in active[max(0, pos - 1) : pos + 1]:
-            if other[0] < item[1] and item[0] < other[1]:
+        offset, end = buf.offset, buf.offset + buf.bytes
+        for other in live.neighbours(offset):
+            other_end, name = live.ends[other]
+            if other < end and offset < other_end:
                 _fail(
-                    f"device {device}: tensors {other[2]!r} and {s!r} are live together (steps "
-                    f"{first[other[2]]}..{last[other[2]]} and {first[s]}..{last[s]}) but their buffers overlap "
-                    f"([{other[0]}, {other[1]}) and [{item[0]}, {item[1]}))"
+                    f"device {device}: tensors {name!r} and {s!r} are live together (steps "
+                    f"{first[name]}..{last[name]} and {begin}..{last[s]}) but their buffers overlap "
+                    f"([{other}, {other_end}) and [{offset}, {end}))"
                 )
-        active.insert(pos, item)
+        live.add(offset, end, s)
+
+
+#: Starts per bucket of ``_Disjoint`` after a split: a few hundred keeps both the buckets and their count short.
+_BUCKET = 256
+
+
+class _Disjoint:
+    """Disjoint, non-empty intervals keyed by their start offset, in order.
+
+    The starts are kept sorted in buckets of at most ``2 * _BUCKET`` (a plain sorted list
+    would move every later start on each insert and removal: quadratic when tens of
+    thousands of buffers are live at once); ``ends`` maps a start to (end, storage).
+    """
+
+    def __init__(self) -> None:
+        self.buckets: list[list[int]] = []
+        self.maxes: list[int] = []  # the last start of each bucket
+        self.ends: dict[int, tuple[int, str]] = {}
+
+    def neighbours(self, offset: int) -> list[int]:
+        """The start just below ``offset`` and the first start at or above it, those that exist."""
+        buckets, maxes = self.buckets, self.maxes
+        i = bisect.bisect_left(maxes, offset)
+        if i == len(maxes):
+            return [maxes[-1]] if maxes else []
+        bucket = buckets[i]
+        k = bisect.bisect_left(bucket, offset)
+        if k:
+            return [bucket[k - 1], bucket[k]]
+        return [buckets[i - 1][-1], bucket[0]] if i else [bucket[0]]
+
+    def add(self, offset: int, end: int, name: str) -> None:
+        self.ends[offset] = (end, name)
+        buckets, maxes = self.buckets, self.maxes
+        if not buckets:
+            buckets.append([offset])
+            maxes.append(offset)
+            return
+        i = min(bisect.bisect_left(maxes, offset), len(maxes) - 1)
+        bucket = buckets[i]
+        bisect.insort(bucket, offset)
+        maxes[i] = bucket[-1]
+        if len(bucket) > 2 * _BUCKET:
+            buckets[i : i + 1] = [bucket[:_BUCKET], bucket[_BUCKET:]]
+            maxes[i : i + 1] = [bucket[_BUCKET - 1], bucket[-1]]
+
+    def remove(self, offset: int) -> None:
+        del self.ends[offset]
+        i = bisect.bisect_left(self.maxes, offset)
+        bucket = self.buckets[i]
+        del bucket[bisect.bisect_left(bucket, offset)]
+        if bucket:
+            self.maxes[i] = bucket[-1]
+        else:
+            del self.buckets[i], self.maxes[i]
 
 
 def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: list[str], dynamic: list[str],
@@ -74,7 +135,7 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
     static_bytes = sum(size[s] for s in static)
     if device.static_bytes != static_bytes:
         _fail(f"device {device.name}: static_bytes claimed {device.static_bytes}, the graph gives {static_bytes}")
-    used = max((plan.buffers[s].offset + plan.buffers[s].bytes for s in dynamic), default=0)
+    used = max((b.offset + b.bytes for b in map(plan.buffers.__getitem__, dynamic)), default=0)
     if device.arena_bytes < used:
         _fail(f"device {device.name}: arena_bytes {device.arena_bytes} is below the buffers' extent {used}")
     if device.peak_bytes != device.static_bytes + device.arena_bytes:
@@ -82,14 +143,12 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
             f"device {device.name}: peak_bytes {device.peak_bytes} != static {device.static_bytes} "
             f"+ arena {device.arena_bytes}"
         )
-    events: dict[int, int] = {}
+    change = [0] * (len(plan.schedule) + 1)  # live bytes at step i: the sum of change[:i + 1]
     for s in dynamic:
-        events[first[s]] = events.get(first[s], 0) + size[s]
-        events[last[s] + 1] = events.get(last[s] + 1, 0) - size[s]
-    live = load = 0
-    for step in sorted(events):
-        live += events[step]
-        load = max(load, live)
+        n = size[s]
+        change[first[s]] += n
+        change[last[s] + 1] -= n
+    load = max(itertools.accumulate(change, initial=0))
     if device.lower_bound_bytes != static_bytes + load:
         _fail(
             f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"

@@ -9,12 +9,14 @@ copy is touched by the copy on its own device, not by the remote reader.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from mpplan.errors import VerificationError
 from mpplan.plan import Buffer
 from mpplan.verify.replay import Replay
 
 
-def check_parallel_safe(buffers: dict[str, Buffer], run: Replay, dynamic: set[str]) -> None:
+def check_parallel_safe(buffers: dict[str, Buffer], run: Replay, dynamic: Container[str]) -> None:
     """Fail naming two storages that share bytes of one arena without a DAG order between them."""
     ancestors = [0] * len(run.preds)
     for step, preds in enumerate(run.preds):  # the schedule is a topological order of its DAG

@@ -107,14 +107,17 @@ def replay(
                     f"schedule step {step}: op {name!r} reads {what} at version {seen}, the graph's order has it "
                     f"read version {want} (an in-place write moved)"
                 )
-            if home.get(storage) == device:  # the common case, without a call
+            where = home.get(storage)
+            if where == device:  # the common cases, without a call
                 last[storage] = step
+            elif where is None:
+                home[storage], first[storage], last[storage] = device, step, step
             else:
                 touch(storage, step, device)
-            touched.append(storage)
-            if storage in copies:
+            if copies and storage in copies:
                 read_copy[t] = (storage, seen)
             if deps is not None:
+                touched.append(storage)
                 deps.read(storage, t, step, step_deps)
         for t in op.outputs:
             if t in op.inputs:
@@ -132,11 +135,15 @@ def replay(
                 storage = of_copy[t][0] if t in of_copy else root[t]
                 if deps is not None:
                     deps.create(storage if storage == t else None, t, step)
-            if home.get(storage) == device:
+            where = home.get(storage)
+            if where == device:
                 last[storage] = step
+            elif where is None:
+                home[storage], first[storage], last[storage] = device, step, step
             else:
                 touch(storage, step, device)
-            touched.append(storage)
+            if deps is not None:
+                touched.append(storage)
         if deps is not None:
             deps.users(step, *touched)
             deps.preds.append(list(step_deps))
