@@ -10,8 +10,13 @@ executed op order out):
 2. Otherwise decide recomputes on the graph *in the planner's order* (and, when that
    differs, in the given order too), plan the rewritten graph (the scheduler may move
    ops around the recomputes), and while the planned peak is over the budget, aim
-   the recomputes lower by the overshoot and retry (halfway back when that aim is
-   refused).
+   the recomputes lower and retry (halfway back when that aim is refused).  The aim
+   is a LOAD target: the planned peak exceeds ``static + LOAD`` by the arena's
+   fragmentation, a ratio that stays near its last value and grows as recomputes
+   crowd the arena (``next_target``).  So the first aim divides the budget by the
+   ratio the graph planned at without recomputes, and each retry by the ratio its
+   last rewrite planned at, plus half of what that ratio grew (all of it overshot on
+   the random layered graphs: refused aims, or recomputes the budget did not need).
 3. Keep the fit with the least added cost.  When nothing fits, raise
    ``RematInfeasibleError`` carrying the plan with the least peak found.
 
@@ -33,7 +38,7 @@ from mpplan.errors import ConfigError
 from mpplan.passes.remat.api import RematInfeasibleError, RematResult, records_of, remat, resolve_budget, result_of
 from mpplan.passes.remat.rewriting import recomputable
 
-__all__ = ["Fitted", "fit_planned", "in_order"]
+__all__ = ["Fitted", "fit_planned", "in_order", "next_target"]
 
 P = TypeVar("P")
 
@@ -97,8 +102,11 @@ def fit_planned(
     deadline = clock + time_limit_s
     tried: list[Fitted[P]] = [first]
     messages: list[str] = []
+    first_ratio = max(1.0, peak0 / baseline)
     for label, ordered in orders.items():
-        target, over, under = limit, limit, 0  # the LOAD target; targets planned over, and refused
+        # The LOAD target; targets planned over, and refused; planned peak / LOAD of the last rewrites.
+        target, over, under = min(limit, max(1, int(limit / first_ratio))), limit + 1, 0
+        ratios = [first_ratio]
         for _ in range(MAX_ROUNDS):
             share = max(1.0, (deadline - time.perf_counter()) / 2)
             try:
@@ -110,9 +118,10 @@ def fit_planned(
             tried.append(fitted)
             if fitted.fits or time.perf_counter() > deadline:
                 break
-            if under < target:  # planned over the budget: aim lower by the overshoot
+            if under < target:  # planned over the budget: aim lower, by the ratio it planned at
                 over = target
-                target = max(under + 1, target - max(1, fitted.peak - limit))
+                ratios.append(fitted.peak / max(1, decided.peak_bytes))
+                target = max(under + 1, min(target - 1, next_target(limit, decided.peak_bytes, ratios)))
             else:  # refused: aim between the refusal and the last target planned over
                 target = (under + over) // 2
             if not under < target < over or target <= 0:
@@ -129,6 +138,19 @@ def fit_planned(
         best.result,
         plan=best,
     )
+
+
+def next_target(limit: int, load: int, ratios: Sequence[float]) -> int:
+    """The LOAD to aim at after a rewrite of ``load`` bytes planned over ``limit``:
+    ``limit`` over the planned-peak-to-LOAD ratio expected next, the last of ``ratios``
+    plus half its growth since the one before (the arena fragments more as recomputes
+    are added), and under ``load``.
+
+    >>> next_target(1000, 990, [1.0, 1.03])  # planned at 1019.7: aim at 1000 / 1.045
+    956
+    """
+    ratio = ratios[-1] + max(0.0, ratios[-1] - ratios[-2]) / 2 if len(ratios) > 1 else ratios[-1]
+    return min(int(limit / ratio), load - 1)
 
 
 def _planned(
