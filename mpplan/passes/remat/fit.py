@@ -14,9 +14,10 @@ executed op order out):
    is a LOAD target: the planned peak exceeds ``static + LOAD`` by the arena's
    fragmentation, a ratio that stays near its last value and grows as recomputes
    crowd the arena (``next_target``).  So the first aim divides the budget by the
-   ratio the graph planned at without recomputes, and each retry by the ratio its
-   last rewrite planned at, plus half of what that ratio grew (all of it overshot on
-   the random layered graphs: refused aims, or recomputes the budget did not need).
+   ratio the graph planned at without recomputes (over ``static + LOAD`` of the
+   planner's order), and each retry by the ratio its last rewrite planned at, plus
+   half of what that ratio grew (all of it overshot on the random layered graphs:
+   refused aims, or recomputes the budget did not need).
 3. Keep the fit with the least added cost.  When nothing fits, raise
    ``RematInfeasibleError`` carrying the plan with the least peak found.
 
@@ -87,7 +88,7 @@ def fit_planned(
     with the least planned peak; ``plan``: its ``Fitted``) when nothing fits.
     """
     clock = time.perf_counter()
-    baseline = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
+    baseline = _load_peak(graph)
     limit = resolve_budget(budget, baseline)
     plan0, peak0, order0 = plan_graph(graph)
     unchanged = result_of(graph, (), "budget", baseline, clock, budget_bytes=limit, solver="none", optimal=True)
@@ -102,7 +103,8 @@ def fit_planned(
     deadline = clock + time_limit_s
     tried: list[Fitted[P]] = [first]
     messages: list[str] = []
-    first_ratio = max(1.0, peak0 / baseline)
+    # The planned peak over static + LOAD of the order it planned: the fragmentation to allow for.
+    first_ratio = max(1.0, peak0 / _load_peak(orders["planner"]))
     for label, ordered in orders.items():
         # The LOAD target; targets planned over, and refused; planned peak / LOAD of the last rewrites.
         target, over, under = min(limit, max(1, int(limit / first_ratio))), limit + 1, 0
@@ -151,6 +153,11 @@ def next_target(limit: int, load: int, ratios: Sequence[float]) -> int:
     """
     ratio = ratios[-1] + max(0.0, ratios[-1] - ratios[-2]) / 2 if len(ratios) > 1 else ratios[-1]
     return min(int(limit / ratio), load - 1)
+
+
+def _load_peak(graph: Graph) -> int:
+    """``static + LOAD`` of ``graph``'s as-given order."""
+    return sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
 
 
 def _planned(
