@@ -22,7 +22,8 @@ from mpplan.capture.graph_file import save_graph
 from mpplan.config import Device
 from mpplan.graph import Graph
 from mpplan.passes.remat import RematInfeasibleError, apply_recompute, remat
-from mpplan.passes.remat.fit import in_order
+from mpplan.passes.remat.api import records_of
+from mpplan.passes.remat.fit import fit_planned, in_order, next_target
 from mpplan.plan import load_plan
 from mpplan.planner import PlannerSettings, memory_model, plan, rematerialised
 from mpplan.verify import verify
@@ -127,3 +128,29 @@ def test_a_larger_budget_is_never_refused_by_the_planner_where_a_smaller_one_fit
     budgets = sorted({int(f * peak(graph)) for f in fractions})
     answers = [planned_or_refused(graph, b, alignment=alignment)[1] for b in budgets]
     assert answers == sorted(answers), list(zip(budgets, answers))
+
+
+def test_the_first_aim_allows_for_the_fragmentation_the_graph_plans_at() -> None:
+    """A planner whose arena is 5% over ``static + LOAD`` on every graph: aiming at the budget
+    itself plans 5% over it; the first aim divides it by the 5% the graph planned at without
+    recomputes, so the first rewrite already fits (before: a second round of aiming)."""
+    graph = small_chain(12)
+    budget = int(0.85 * peak(graph))
+    calls: list[int] = []
+
+    def plan_graph(rewritten: Graph) -> tuple[int, int, list[str]]:
+        planned = int(1.05 * peak(rewritten)) + 1
+        calls.append(planned)
+        return planned, planned, [op.name for op in rewritten.ops]
+
+    fitted = fit_planned(graph, budget, plan_graph, solver="heuristic", time_limit_s=20)
+    assert fitted.fits and fitted.peak <= budget and fitted.order == "planner"
+    assert len(calls) == 2, calls  # the graph as it is, then one rewrite
+    assert apply_recompute(graph, [r["op"] for r in records_of(fitted.result.graph)]) == fitted.result.graph
+
+
+def test_each_retry_aims_by_the_ratio_the_last_rewrite_planned_at_and_half_its_growth() -> None:
+    assert next_target(1000, 990, [1.0, 1.03]) == 956  # 1000 / (1.03 + 0.03 / 2)
+    assert next_target(1000, 990, [1.02]) == int(1000 / 1.02)
+    assert next_target(1000, 900, [1.0, 1.01]) == 899  # always under the last rewrite's LOAD
+    assert next_target(1000, 990, [1.05, 1.02]) == int(1000 / 1.02)  # a ratio that fell is not extrapolated

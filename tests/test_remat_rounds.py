@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_remat import layered_graphs, peak
 
+from mpplan.capture import synthetic
 from mpplan.config import Device
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph, Kind, Op, Tensor
@@ -86,3 +87,15 @@ def test_rounds_never_cost_more_and_rebuild_from_their_records(graph: Graph, fra
         assert more.added_cost <= one.added_cost
     ops = [x["op"] for x in more.plan_records()]
     assert apply_recompute(graph, ops).content_hash == more.graph.content_hash
+
+
+def test_regression_a_larger_budget_was_refused_where_two_rounds_fit_a_smaller_one() -> None:
+    """One round cannot go under 440,479,232 bytes here.  Two rounds aimed at each budget fit
+    430,499,814 bytes yet missed 433,826,287; aimed at targets of the graph alone (the ladder)
+    they fit both, with the same recomputes."""
+    graph = synthetic.random_layered(37, seed=1072, degree=2.0, train=False)
+    with pytest.raises(InfeasibleError):
+        remat(graph, "budget", budget=433_826_287, rounds=False, solver="heuristic")
+    smaller, larger = (remat(graph, "budget", budget=b, solver="heuristic") for b in (430_499_814, 433_826_287))
+    assert smaller.peak_bytes <= 430_499_814 and larger.peak_bytes <= 433_826_287
+    assert larger.added_cost <= smaller.added_cost

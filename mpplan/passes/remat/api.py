@@ -3,7 +3,6 @@ the rewritten graph (the package docstring describes the policies)."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
 from mpplan.passes.remat.rewriting import apply_recompute, candidate_indices, repeated_op, rewrite
-from mpplan.passes.remat.rounds import fit_rounds
+from mpplan.passes.remat.rounds import fit_least_rounds, fit_rounds
 
 __all__ = ["POLICIES", "RematInfeasibleError", "RematResult", "records_of", "remat", "resolve_budget", "result_of"]
 
@@ -162,7 +161,7 @@ def remat(
         fit = fit_budget(model, limit, solver, time_limit_s, clock)
     except BudgetInfeasibleError as exc:
         left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
-        more = None if model.training or not rounds else fit_rounds(model, limit, solver, left, beat=math.inf)
+        more = None if model.training or not rounds else fit_least_rounds(model, limit, left)
         if more is not None:
             multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit,
                               solver=f"{solver}+rounds", note="two rounds of recomputes; one round does not fit")

@@ -36,7 +36,8 @@ from mpplan.passes.remat.greedy import drop_unneeded, greedy, heuristic, improve
 from mpplan.passes.remat.index import ModelIndex
 from mpplan.passes.remat.model import RematModel, build_model
 
-__all__ = ["EXACT_MAX_OPS", "SOLVERS", "BudgetFit", "BudgetInfeasibleError", "fit_budget", "min_feasible_budget"]
+__all__ = ["EXACT_MAX_OPS", "SOLVERS", "BudgetFit", "BudgetInfeasibleError", "fit_budget", "least_peak_choice",
+           "min_feasible_budget"]
 
 _log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
     choice of recomputes fits.
 
     Monotone in ``limit``: a refusal happens only under the least peak of searches
-    that do not depend on ``limit`` (``_least_peak_choice``), and when the greedy aimed
+    that do not depend on ``limit`` (``least_peak_choice``), and when the greedy aimed
     at ``limit`` misses, those searches' answer is used if it fits.  So a budget is
     never refused where the least peak found fits.
     """
@@ -85,7 +86,7 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
     share = time_limit_s / 3 if backend is not None else time_limit_s
     heur = heuristic(model, dyn, clock + share)
     if heur.load > dyn:
-        least = _least_peak_choice(model, heur)
+        least = least_peak_choice(model, heur)
         if least.load <= dyn:
             heur = improve(drop_unneeded(least, dyn), dyn, clock + share)
     if backend is None:
@@ -152,7 +153,7 @@ def _backend(solver: str, model: RematModel) -> tuple[str | None, str]:
     return backend, ""
 
 
-def _least_peak_choice(model: RematModel, best: Choice | None = None) -> Choice:
+def least_peak_choice(model: RematModel, best: Choice | None = None) -> Choice:
     """The least-peak choice the greedy finds: lowered one peak at a time from nothing,
     from its run aimed straight at ``lower_bound`` (pushed one byte at a time it can take
     recomputes that lower the excess but leave the peak where it is, and stall), and
@@ -171,7 +172,7 @@ def _min_peak(
 ) -> tuple[Choice, bool]:
     """The least-peak choice found and whether its peak is proved least (by the MILP, or
     by meeting ``lower``)."""
-    found = _least_peak_choice(model, best)
+    found = least_peak_choice(model, best)
     if backend is not None and found.peak > lower:
         solution = ilp.solve(model, None, time_limit_s=_remaining(deadline), warm_start=found.chosen,
                              backend=backend)

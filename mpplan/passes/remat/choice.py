@@ -39,14 +39,13 @@ equal to a fresh ``evaluate`` of its candidates.
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from mpplan.passes.remat.evaluation import Evaluation, anchors
+from mpplan.passes.remat.evaluation import Evaluation, anchors, reanchor
 from mpplan.passes.remat.index import Intervals, ModelIndex, draw, spans
 from mpplan.passes.remat.model import NEVER, RematModel
 from mpplan.passes.remat.moves import MoveCache
@@ -204,7 +203,7 @@ class Choice:
         """
         index, model = self.index, self.model
         span, anchor = index.span, self.anchor
-        moved = self._reanchor(add, remove)
+        moved = reanchor(model, index.producers, anchor, add, remove)
         units = self.units
         for c, a in moved.items():
             if (a < NEVER) != (c in anchor):  # starts or stops running; a moved anchor costs nothing
@@ -299,42 +298,6 @@ class Choice:
         """Make the choice whose effective candidates are ``anchor``'s (a snapshot)."""
         self.commit(self.trial(budget, add=anchor.keys() - self.anchor.keys(),
                                remove=self.anchor.keys() - anchor.keys()))
-
-    def _reanchor(self, add: Iterable[int], remove: Iterable[int]) -> dict[int, int]:
-        """The candidates whose anchor changes, and the new anchor (``NEVER``: not run).
-
-        ``anchors``' recurrence redone only where an input changed: a candidate's
-        anchor depends on its chosen consumers', which come later in forward order,
-        so the changed ones are settled last candidate first.
-        """
-        model, anchor = self.model, self.anchor
-        removed = {c for c in remove if c in anchor}
-        added = {c for c in add if c not in anchor}
-        producers = self.index.producers
-
-        def chosen(c: int) -> bool:
-            return c in added or (c in anchor and c not in removed)
-
-        moved = dict.fromkeys(removed, NEVER)
-        heap = [-c for c in added] + [-p for c in removed for p in producers[c] if chosen(p)]
-        heapq.heapify(heap)
-        done: set[int] = set()
-        while heap:
-            c = -heapq.heappop(heap)
-            if c in done:
-                continue
-            done.add(c)
-            a = model.cand_first_late[c]
-            for x in model.cand_consumers[c]:
-                ax = moved.get(x, anchor.get(x, NEVER))
-                if ax < a:
-                    a = ax
-            if a != anchor.get(c, NEVER):
-                moved[c] = a
-                for p in producers[c]:
-                    if chosen(p) and p not in done:
-                        heapq.heappush(heap, -p)
-        return moved
 
     def _excess_between(self, budget: int, lo: int, hi: int) -> int:
         """Live bytes over ``budget`` summed over steps ``lo:hi``."""

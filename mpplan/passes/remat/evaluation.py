@@ -3,14 +3,15 @@ LOAD of the rewritten as-given order, without building the graph."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mpplan.passes.remat.model import NEVER, RematModel
 
-__all__ = ["Evaluation", "anchors", "evaluate"]
+__all__ = ["Evaluation", "anchors", "evaluate", "reanchor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,49 @@ def anchors(model: RematModel, chosen: Iterable[int]) -> dict[int, int]:
         if a < NEVER:
             anchor[i] = a
     return anchor
+
+
+def reanchor(
+    model: RematModel,
+    producers: Sequence[Sequence[int]],
+    anchor: dict[int, int],
+    add: Iterable[int],
+    remove: Iterable[int],
+) -> dict[int, int]:
+    """The candidates whose anchor changes when ``add`` join and ``remove`` leave the
+    choice whose anchors are ``anchor`` (``anchors``' answer), and their new anchor
+    (``NEVER``: not run); ``producers[c]``: the candidates whose outputs ``c`` reads.
+
+    ``anchors``' recurrence redone only where an input changed: a candidate's anchor
+    depends on its chosen consumers', which come later in forward order, so the
+    changed ones are settled last candidate first.
+    """
+    removed = {c for c in remove if c in anchor}
+    added = {c for c in add if c not in anchor}
+
+    def chosen(c: int) -> bool:
+        return c in added or (c in anchor and c not in removed)
+
+    moved = dict.fromkeys(removed, NEVER)
+    heap = [-c for c in added] + [-p for c in removed for p in producers[c] if chosen(p)]
+    heapq.heapify(heap)
+    done: set[int] = set()
+    while heap:
+        c = -heapq.heappop(heap)
+        if c in done:
+            continue
+        done.add(c)
+        a = model.cand_first_late[c]
+        for x in model.cand_consumers[c]:
+            ax = moved.get(x, anchor.get(x, NEVER))
+            if ax < a:
+                a = ax
+        if a != anchor.get(c, NEVER):
+            moved[c] = a
+            for p in producers[c]:
+                if chosen(p) and p not in done:
+                    heapq.heappush(heap, -p)
+    return moved
 
 
 def evaluate(model: RematModel, chosen: Iterable[int]) -> Evaluation:

@@ -10,8 +10,14 @@ executed op order out):
 2. Otherwise decide recomputes on the graph *in the planner's order* (and, when that
    differs, in the given order too), plan the rewritten graph (the scheduler may move
    ops around the recomputes), and while the planned peak is over the budget, aim
-   the recomputes lower by the overshoot and retry (halfway back when that aim is
-   refused).
+   the recomputes lower and retry (halfway back when that aim is refused).  The aim
+   is a LOAD target: the planned peak exceeds ``static + LOAD`` by the arena's
+   fragmentation, a ratio that stays near its last value and grows as recomputes
+   crowd the arena (``next_target``).  So the first aim divides the budget by the
+   ratio the graph planned at without recomputes (over ``static + LOAD`` of the
+   planner's order), and each retry by the ratio its last rewrite planned at, plus
+   half of what that ratio grew (all of it overshot on the random layered graphs:
+   refused aims, or recomputes the budget did not need).
 3. Keep the fit with the least added cost.  When nothing fits, raise
    ``RematInfeasibleError`` carrying the plan with the least peak found.
 
@@ -33,7 +39,7 @@ from mpplan.errors import ConfigError
 from mpplan.passes.remat.api import RematInfeasibleError, RematResult, records_of, remat, resolve_budget, result_of
 from mpplan.passes.remat.rewriting import recomputable
 
-__all__ = ["Fitted", "fit_planned", "in_order"]
+__all__ = ["Fitted", "fit_planned", "in_order", "next_target"]
 
 P = TypeVar("P")
 
@@ -82,7 +88,7 @@ def fit_planned(
     with the least planned peak; ``plan``: its ``Fitted``) when nothing fits.
     """
     clock = time.perf_counter()
-    baseline = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
+    baseline = _load_peak(graph)
     limit = resolve_budget(budget, baseline)
     plan0, peak0, order0 = plan_graph(graph)
     unchanged = result_of(graph, (), "budget", baseline, clock, budget_bytes=limit, solver="none", optimal=True)
@@ -97,8 +103,12 @@ def fit_planned(
     deadline = clock + time_limit_s
     tried: list[Fitted[P]] = [first]
     messages: list[str] = []
+    # The planned peak over static + LOAD of the order it planned: the fragmentation to allow for.
+    first_ratio = max(1.0, peak0 / _load_peak(orders["planner"]))
     for label, ordered in orders.items():
-        target, over, under = limit, limit, 0  # the LOAD target; targets planned over, and refused
+        # The LOAD target; targets planned over, and refused; planned peak / LOAD of the last rewrites.
+        target, over, under = min(limit, max(1, int(limit / first_ratio))), limit + 1, 0
+        ratios = [first_ratio]
         for _ in range(MAX_ROUNDS):
             share = max(1.0, (deadline - time.perf_counter()) / 2)
             try:
@@ -110,9 +120,10 @@ def fit_planned(
             tried.append(fitted)
             if fitted.fits or time.perf_counter() > deadline:
                 break
-            if under < target:  # planned over the budget: aim lower by the overshoot
+            if under < target:  # planned over the budget: aim lower, by the ratio it planned at
                 over = target
-                target = max(under + 1, target - max(1, fitted.peak - limit))
+                ratios.append(fitted.peak / max(1, decided.peak_bytes))
+                target = max(under + 1, min(target - 1, next_target(limit, decided.peak_bytes, ratios)))
             else:  # refused: aim between the refusal and the last target planned over
                 target = (under + over) // 2
             if not under < target < over or target <= 0:
@@ -129,6 +140,24 @@ def fit_planned(
         best.result,
         plan=best,
     )
+
+
+def next_target(limit: int, load: int, ratios: Sequence[float]) -> int:
+    """The LOAD to aim at after a rewrite of ``load`` bytes planned over ``limit``:
+    ``limit`` over the planned-peak-to-LOAD ratio expected next, the last of ``ratios``
+    plus half its growth since the one before (the arena fragments more as recomputes
+    are added), and under ``load``.
+
+    >>> next_target(1000, 990, [1.0, 1.03])  # planned at 1019.7: aim at 1000 / 1.045
+    956
+    """
+    ratio = ratios[-1] + max(0.0, ratios[-1] - ratios[-2]) / 2 if len(ratios) > 1 else ratios[-1]
+    return min(int(limit / ratio), load - 1)
+
+
+def _load_peak(graph: Graph) -> int:
+    """``static + LOAD`` of ``graph``'s as-given order."""
+    return sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
 
 
 def _planned(

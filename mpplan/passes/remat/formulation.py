@@ -54,9 +54,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
-
-from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import NEVER, RematModel
 
 __all__ = ["INF", "MAX_NONZEROS", "MAX_Z_VARIABLES", "Formulation"]
@@ -306,27 +303,6 @@ class Formulation:
                 expr[previous] = expr.get(previous, 0.0) - 1.0
             bounds.append((expr, 0.0))
         return ("aux", bounds) if bounds else None
-
-    # -- a warm start
-
-    def values(self, chosen: Sequence[int]) -> list[float]:
-        """Column values of the choice ``chosen`` (a full, feasible-if-it-fits point)."""
-        ev = evaluate(self.model, chosen)
-        x = [0.0] * len(self.cost)
-        for i in ev.chosen:
-            x[self.r_col[i]] = 1.0
-        for i, a in ev.anchor.items():
-            for anchor, col in zip(self.anchors[i], self.z_cols[i]):
-                if anchor >= a:
-                    x[col] = 1.0
-        for i in set(chosen) - set(ev.chosen):
-            x[self.r_col[i]] = 1.0
-        for aux, bounds in self.aux_bounds:
-            need = max((c0 + sum(coef * x[col] for col, coef in expr.items()) for expr, c0 in bounds), default=0.0)
-            x[aux] = min(1.0, max(0.0, need))
-        if self.m_col >= 0:
-            x[self.m_col] = max(self.col_lo[self.m_col], ev.load / self.unit)
-        return x
 
 
 def _anchor_sets(model: RematModel) -> list[list[int]]:

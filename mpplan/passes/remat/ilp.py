@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.formulation import INF, MAX_NONZEROS, MAX_Z_VARIABLES, Formulation
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["MAX_Z_VARIABLES", "IlpSolution", "available_backend", "solve"]
+__all__ = ["MAX_Z_VARIABLES", "IlpSolution", "available_backend", "solve", "warm_values"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,7 @@ def solve(
             None, "too_large", None, None, round(time.perf_counter() - clock, 6), backend,
             f"MILP skipped: over {MAX_NONZEROS:,} nonzeros; used the heuristic",
         )
-    warm = built.values(warm_start) if warm_start is not None and backend == "highs" else None
+    warm = warm_values(built, warm_start) if warm_start is not None and backend == "highs" else None
     remaining = max(0.1, time_limit_s - (time.perf_counter() - clock))
     x: list[float] | None
     if not built.cost:  # nothing to decide: the rows are constants
@@ -90,6 +91,27 @@ def solve(
         bound = max(bound, float(built.lower_dyn))
     note = {"time_limit": f"time limit {time_limit_s:.0f}s reached", "error": "the MILP solver failed"}.get(status, "")
     return IlpSolution(chosen, status, objective, bound, seconds, backend, note, size)
+
+
+def warm_values(f: Formulation, chosen: Sequence[int]) -> list[float]:
+    """Column values of ``f`` for the choice ``chosen`` (a full point, feasible if the choice
+    fits): the warm start HiGHS gets from the heuristic."""
+    ev = evaluate(f.model, chosen)
+    x = [0.0] * len(f.cost)
+    for i in ev.chosen:
+        x[f.r_col[i]] = 1.0
+    for i, a in ev.anchor.items():
+        for anchor, col in zip(f.anchors[i], f.z_cols[i]):
+            if anchor >= a:
+                x[col] = 1.0
+    for i in set(chosen) - set(ev.chosen):
+        x[f.r_col[i]] = 1.0
+    for aux, bounds in f.aux_bounds:
+        need = max((c0 + sum(coef * x[col] for col, coef in expr.items()) for expr, c0 in bounds), default=0.0)
+        x[aux] = min(1.0, max(0.0, need))
+    if f.m_col >= 0:
+        x[f.m_col] = max(f.col_lo[f.m_col], ev.load / f.unit)
+    return x
 
 
 # --- backends ------------------------------------------------------------------------

@@ -106,7 +106,8 @@ class MoveCache:
         self.model, self.producers = model, producers
         self.gen = np.zeros(model.num_candidates, np.int64)
         self.terms = _Rows(coef=np.int64, x=np.int64, y=np.int64)
-        self.moves = _Rows(level=np.int64, first=np.int64, last=np.int64, cost=np.float64)
+        self.moves = _Rows(level=np.int64, first=np.int64, last=np.int64, cost=np.float64,
+                           **{f"m{k}": np.int64 for k in range(CHAIN_MAX_OPS)})
         self.members: list[tuple[int, ...]] = []
         self.tests = _Rows(x=np.int64, y=np.int64, zero=np.bool_)
         self.reads = _Rows(cand=np.int64, value=np.int64)
@@ -162,7 +163,13 @@ class MoveCache:
         return self._best(which, score, banned, limit)
 
     def _best(self, which: np.ndarray, score: np.ndarray, banned: frozenset[int], limit: int) -> list[tuple[int, ...]]:
-        """The ``limit`` moves of least ``(score, members)`` that avoid ``banned``."""
+        """The ``limit`` moves of least ``(score, members)`` that avoid ``banned``.
+
+        Members are sorted tuples of at most ``CHAIN_MAX_OPS`` candidates, kept padded
+        with -1 in the columns ``m0``...: sorting by those columns is sorting by the
+        tuples (a shorter one first), so the many ties of a repetitive graph (its layers
+        alike) are ordered in one ``lexsort``, not as Python tuples.
+        """
         take = limit + len(banned) * 8
         while True:
             if len(score) > take:
@@ -170,9 +177,15 @@ class MoveCache:
                 near = np.nonzero(score <= cut)[0]  # every tie with the last one taken
             else:
                 near = np.arange(len(score))
-            rows = sorted(zip(score[near].tolist(), (self.members[k] for k in which[near].tolist())))
-            best = [move for _, move in rows if banned.isdisjoint(move)][:limit]
-            if len(best) == limit or len(near) == len(score):
+            rows = which[near]
+            keys = [self.moves[f"m{k}"][rows] for k in reversed(range(CHAIN_MAX_OPS))]
+            best: list[tuple[int, ...]] = []
+            for k in rows[np.lexsort((*keys, score[near]))].tolist():
+                if banned.isdisjoint(self.members[k]):
+                    best.append(self.members[k])
+                    if len(best) == limit:
+                        return best
+            if len(near) == len(score):
                 return best
             take *= 4
 
@@ -219,6 +232,7 @@ class MoveCache:
         terms: dict[str, list[int]] = {"origin": [], "gen": [], "coef": [], "x": [], "y": []}
         moves: dict[str, list[int]] = {"origin": [], "gen": [], "level": [], "first": [], "last": []}
         costs: list[float] = []
+        padded: list[list[int]] = [[] for _ in range(CHAIN_MAX_OPS)]  # members, column by column
         tests: dict[str, list[int]] = {"origin": [], "gen": [], "x": [], "y": [], "zero": []}
         reads: dict[str, list[int]] = {"origin": [], "gen": [], "cand": [], "value": []}
         base = self.terms.size
@@ -235,6 +249,8 @@ class MoveCache:
                 for members, _ in chain.moves:
                     costs.append(sum(model.cand_cost[c] for c in members))
                     self.members.append(members)
+                    for k in range(CHAIN_MAX_OPS):
+                        padded[k].append(members[k] if k < len(members) else -1)
             if chain.terms:
                 coef, x, y = zip(*chain.terms)
                 _extend(terms, i, g, coef=coef, x=x, y=y)
@@ -245,7 +261,8 @@ class MoveCache:
             _extend(reads, i, g, cand=chain.chosen_reads + cand, value=(-1,) * len(chain.chosen_reads) + value)
             self.counts[i] = len(chain.terms)
         self.terms.append(terms)
-        move_rows: dict[str, Sequence[float]] = {**moves, "cost": costs}
+        move_rows: dict[str, Sequence[float]] = {**moves, "cost": costs,
+                                                 **{f"m{k}": column for k, column in enumerate(padded)}}
         self.moves.append(move_rows)
         self.tests.append(tests)
         self.reads.append(reads)
