@@ -190,8 +190,12 @@ def _build_topology(graph: Graph) -> Topology:
             raise GraphError(f"op {op.name!r}: {role} names unknown tensor {missing.args[0]!r}") from None
         return _distinct(found)
 
-    op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
-    op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
+    try:  # the common case without a call per op; on an unknown name, the loop below names the op
+        op_inputs = tuple([_distinct(tuple(map(lookup, o.inputs))) for o in graph.ops])
+        op_outputs = tuple([_distinct(tuple(map(lookup, o.outputs))) for o in graph.ops])
+    except KeyError:
+        op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
+        op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
     producer = _producers(graph, op_inputs, op_outputs, len(graph.tensors))
     for i, t in enumerate(graph.tensors):
         if producer[i] < 0 and t.alias_of is None and t.kind not in SOURCE_KINDS:
@@ -344,6 +348,8 @@ def _dependencies(
 
 def _check_order(graph: Graph, preds: tuple[tuple[int, ...], ...]) -> None:
     """Reject cycles (naming an op on one), then an op listed before what it needs."""
+    if all(not ps or max(ps) < k for k, ps in enumerate(preds)):
+        return  # listed in a valid order, so no cycle either: the common case, without a topological sort
     succs: list[list[int]] = [[] for _ in preds]
     for k, ps in enumerate(preds):
         for p in ps:
