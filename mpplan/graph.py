@@ -190,8 +190,12 @@ def _build_topology(graph: Graph) -> Topology:
             raise GraphError(f"op {op.name!r}: {role} names unknown tensor {missing.args[0]!r}") from None
         return _distinct(found)
 
-    op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
-    op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
+    try:  # the common case without a call per op; on an unknown name, the loop below names the op
+        op_inputs = tuple([_distinct(tuple(map(lookup, o.inputs))) for o in graph.ops])
+        op_outputs = tuple([_distinct(tuple(map(lookup, o.outputs))) for o in graph.ops])
+    except KeyError:
+        op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
+        op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
     producer = _producers(graph, op_inputs, op_outputs, len(graph.tensors))
     for i, t in enumerate(graph.tensors):
         if producer[i] < 0 and t.alias_of is None and t.kind not in SOURCE_KINDS:
@@ -344,6 +348,8 @@ def _dependencies(
 
 def _check_order(graph: Graph, preds: tuple[tuple[int, ...], ...]) -> None:
     """Reject cycles (naming an op on one), then an op listed before what it needs."""
+    if all(not ps or max(ps) < k for k, ps in enumerate(preds)):
+        return  # listed in a valid order, so no cycle either: the common case, without a topological sort
     succs: list[list[int]] = [[] for _ in preds]
     for k, ps in enumerate(preds):
         for p in ps:
@@ -409,6 +415,39 @@ def with_dynamic_grads(graph: Graph) -> Graph:
     return new
 
 
+#: What ``reordered`` requires each replacement op to keep.
+_OP_IO = attrgetter("name", "inputs", "outputs")
+
+
+def _permuted_dependencies(
+    topo: Topology, order: Sequence[int], position: Sequence[int]
+) -> tuple[tuple[int, ...], ...] | None:
+    """``_dependencies`` of the listing ``order``, by renumbering ``topo.preds``; ``None`` where that may differ.
+
+    Only in-place writes make dependencies depend on the listing (readers of a version,
+    then the write).  Without them, an op's predecessors are the producers of what it
+    reads and of those tensors' storages, found in the same sequence under any listing,
+    provided each storage producer is listed before its readers in both listings: in the
+    old one (checked here) and in the new one (the renumbered predecessors all precede
+    their op).  Otherwise (``None``) the caller derives them afresh, which also names
+    an op listed too early.
+    """
+    storage_of, producer = topo.storage_of, topo.producer
+    op_inputs, op_outputs = topo.op_inputs, topo.op_outputs
+    for k, ins in enumerate(op_inputs):
+        for t in ins:
+            if producer[storage_of[t]] > k:
+                return None
+        for t in op_outputs[k]:
+            if t in ins:
+                return None
+    preds = tuple([tuple([position[p] for p in topo.preds[k]]) for k in order])
+    for i, ps in enumerate(preds):
+        if ps and max(ps) > i:
+            return None
+    return preds
+
+
 def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
     """``graph`` with its ops listed in ``order`` (op ids of ``graph``), op ``i`` replaced by
     ``ops[i]``, which must read and write exactly what ``graph.ops[order[i]]`` does (a new
@@ -424,20 +463,23 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
     topo = graph.topology
     if len(order) != len(topo.op_inputs) or len(ops) != len(order) or sorted(order) != list(range(len(order))):
         raise GraphError(f"graph {graph.name!r}: an order must list each of its {len(topo.op_inputs)} ops once")
-    for k, op in zip(order, ops):
-        old = graph.ops[k]
-        if (op.name, op.inputs, op.outputs) != (old.name, old.inputs, old.outputs):
-            raise ValueError(
-                f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs"
-            )
+    was = [graph.ops[k] for k in order]
+    if list(map(_OP_IO, ops)) != list(map(_OP_IO, was)):  # the common case at C speed; the loop names the op
+        for op, old in zip(ops, was):
+            if _OP_IO(op) != _OP_IO(old):
+                raise ValueError(
+                    f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs"
+                )
     new = Graph(graph.name, graph.tensors, tuple(ops), graph.outputs)
     position = [0] * len(order)
     for i, k in enumerate(order):
         position[k] = i
-    op_inputs = tuple(topo.op_inputs[k] for k in order)
-    op_outputs = tuple(topo.op_outputs[k] for k in order)
-    producer = tuple(p if p < 0 else position[p] for p in topo.producer)
-    preds = _dependencies(op_inputs, op_outputs, producer, topo.storage_of)
+    op_inputs = tuple([topo.op_inputs[k] for k in order])
+    op_outputs = tuple([topo.op_outputs[k] for k in order])
+    producer = tuple([p if p < 0 else position[p] for p in topo.producer])
+    preds = _permuted_dependencies(topo, order, position)
+    if preds is None:
+        preds = _dependencies(op_inputs, op_outputs, producer, topo.storage_of)
     for i, ps in enumerate(preds):
         if ps and max(ps) > i:
             late = next(p for p in ps if p > i)

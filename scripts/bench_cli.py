@@ -33,7 +33,7 @@ STAGES = (
     ("save plan.json", "mpplan.plan", "save_plan"),
     ("baselines", "mpplan.sim", "order_load"),
     ("baselines", "mpplan.sim", "no_sharing_bytes"),
-    ("timeline and report", "mpplan.cli", "_write_plan_report"),
+    ("timeline and report", "mpplan.workflows.plan", "write_plan_report"),
 )
 PLAN_PARTS = (
     ("schedule", "schedule_ops"),

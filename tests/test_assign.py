@@ -30,7 +30,7 @@ from mpplan.passes.assign import (
     records_load,
     share_objects,
 )
-from mpplan.passes.assign.heuristics import best_fit, greedy_by_size
+from mpplan.passes.assign.heuristics import best_fit, greedy_by_size, overlap_pairs
 from mpplan.passes.assign.search import search_offsets
 from mpplan.passes.assign.skyline import RANK_RULES, busiest_load, rank_by, skyline
 from mpplan.passes.assign.squeaky import round_cost, squeaky_wheel
@@ -630,3 +630,23 @@ def test_docstring_examples() -> None:
     for module in (offsets_module, objects_module, records_module):
         failures, attempted = doctest.testmod(module)
         assert failures == 0 and attempted > 0, module.__name__
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ranges=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 6)), max_size=25),
+    stop_above=st.none() | st.integers(0, 40),
+)
+def test_overlap_pairs_counts_by_brute_force_and_stops_only_past_the_limit(ranges, stop_above) -> None:
+    """``overlap_pairs`` is the brute-force count; with ``stop_above`` it may stop early, but
+    only once the count is past the limit, so comparing with the limit decides the same."""
+    first = [a for a, _ in ranges]
+    last = [a + d for a, d in ranges]
+    active = list(range(len(ranges)))
+    exact = sum(1 for i in active for j in active if i < j and first[i] <= last[j] and first[j] <= last[i])
+    assert overlap_pairs(first, last, active) == exact
+    counted = overlap_pairs(first, last, active, stop_above=stop_above)
+    if stop_above is None or exact <= stop_above:
+        assert counted == exact
+    else:
+        assert stop_above < counted <= exact

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import chain
 from mpplan.errors import GraphError
-from mpplan.graph import Graph, Op, _build_topology, reordered
+from mpplan.graph import Graph, Op, _build_topology, _dependencies, _permuted_dependencies, reordered
 from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies, legalize
 from strategies import graphs, random_order
 
@@ -33,6 +33,32 @@ def test_reordered_topology_is_the_rebuilt_one(graph: Graph, seed: int) -> None:
     order = random_order(graph, random.Random(seed))
     ops = [graph.ops[k] for k in order]
     assert reordered(graph, order, ops).topology == Graph(graph.name, graph.tensors, tuple(ops), graph.outputs).topology
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs(max_ops=14), st.randoms(use_true_random=False), st.booleans())
+def test_renumbered_dependencies_are_the_derived_ones_or_none(graph: Graph, rng: random.Random, valid: bool) -> None:
+    """``reordered``'s shortcut renumbers the old dependencies only where deriving them for the new
+    listing gives the same; any listing, valid or not (then it must decline: the derivation names the op)."""
+    if valid:
+        order = random_order(graph, rng)
+    else:
+        order = list(range(len(graph.ops)))
+        rng.shuffle(order)
+    topo = graph.topology
+    position = [0] * len(order)
+    for i, k in enumerate(order):
+        position[k] = i
+    renumbered = _permuted_dependencies(topo, order, position)
+    producer = [p if p < 0 else position[p] for p in topo.producer]
+    derived = _dependencies([topo.op_inputs[k] for k in order], [topo.op_outputs[k] for k in order], producer,
+                            topo.storage_of)
+    if renumbered is not None:
+        assert renumbered == derived
+    in_place = any(set(o) & set(i) for i, o in zip(topo.op_inputs, topo.op_outputs))
+    if valid and not in_place and all(topo.producer[topo.storage_of[t]] <= k
+                                      for k, ins in enumerate(topo.op_inputs) for t in ins):
+        assert renumbered is not None  # the shortcut is taken where it can be
 
 
 def test_reordered_rejects_an_order_that_breaks_a_dependency() -> None:

@@ -21,23 +21,31 @@ from collections.abc import Sequence
 from mpplan.passes.assign.records import MayShare
 
 
-def overlap_pairs(first: Sequence[int], last: Sequence[int], active: Sequence[int]) -> int:
+def overlap_pairs(
+    first: Sequence[int], last: Sequence[int], active: Sequence[int], *, stop_above: int | None = None
+) -> int:
     """Number of pairs among ``active`` whose inclusive ranges overlap, in O(n log n).
 
     Callers use it to pick between an adjacency walk (cheap when ranges are short)
-    and structures that never enumerate pairs.
+    and structures that never enumerate pairs.  With ``stop_above``, counting stops
+    once the count is known to exceed it, and what is returned then is a number above
+    ``stop_above`` but possibly below the full count: enough to compare with a limit.
     """
     starts = sorted(first[j] for j in active)
-    pairs = 0
-    for j in active:
-        # records starting in [first_j, last_j], minus j itself: each overlapping pair counted once
-        # from the record that starts first (ties: both count each other, fixed below).
-        pairs += bisect.bisect_right(starts, last[j]) - bisect.bisect_left(starts, first[j]) - 1
     same_start: dict[int, int] = {}
     for j in active:
         same_start[first[j]] = same_start.get(first[j], 0) + 1
-    # pairs with equal starts were counted from both sides
-    return pairs - sum(c * (c - 1) // 2 for c in same_start.values())
+    # pairs with equal starts are counted from both sides below: the excess to take off
+    excess = sum(c * (c - 1) // 2 for c in same_start.values())
+    pairs = -excess
+    for j in active:
+        # records starting in [first_j, last_j], minus j itself: each overlapping pair counted once
+        # from the record that starts first (ties: both count each other, taken off above).  Every
+        # term is >= 0, so a partial sum minus the excess never exceeds the full count.
+        pairs += bisect.bisect_right(starts, last[j]) - bisect.bisect_left(starts, first[j]) - 1
+        if stop_above is not None and pairs > stop_above:
+            break
+    return pairs
 
 
 def time_neighbours(first: Sequence[int], last: Sequence[int], active: Sequence[int]) -> dict[int, list[int]]:

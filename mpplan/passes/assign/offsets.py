@@ -131,7 +131,7 @@ def _portfolio(
     """``auto`` and ``search``: the best heuristic per piece, then the improving stages where it still misses."""
     active = [j for j in range(len(sizes)) if sizes[j]]
     candidates: list[tuple[str, list[int]]] = [("best_fit", best_fit(sizes, first, last, may_share=may_share))]
-    heavy = overlap_pairs(first, last, active) > GREEDY_PAIR_LIMIT
+    heavy = overlap_pairs(first, last, active, stop_above=GREEDY_PAIR_LIMIT) > GREEDY_PAIR_LIMIT
     nbrs = time_neighbours(first, last, active) if search_always or not heavy else {}  # shared by the variants
     for name, options in (
         ("greedy_by_size", {}),

@@ -103,20 +103,20 @@ def forward_ops(graph: Graph, order: Sequence[int]) -> list[int]:
     """
     topo = graph.topology
     state_kinds = (Kind.GRAD, Kind.OPTIMIZER_STATE)
-    made_after_forward: set[int] = set()
+    storage_of, producer, is_static = topo.storage_of, topo.producer, topo.is_static
+    # per tensor id: state, or a storage made after the forward pass (marks grow as the walk goes)
+    after = bytearray(tensor.kind in state_kinds for tensor in graph.tensors)
     forward = []
     for k in order:
-        op = graph.ops[k]
         storages = topo.op_storages[k]
-        if (
-            op.backward_of is not None
-            or op.recompute_of is not None
-            or any(graph.tensors[s].kind in state_kinds or s in made_after_forward for s in storages)
-        ):
-            outputs = topo.op_outputs[k]  # new storages only: a view of a weight or an in-place update makes none
-            made_after_forward.update(t for t in outputs if topo.storage_of[t] == t and t not in topo.op_inputs[k])
+        inputs = topo.op_inputs[k]
+        op = graph.ops[k]
+        if op.backward_of is not None or op.recompute_of is not None or any(after[s] for s in storages):
+            for t in topo.op_outputs[k]:  # new storages only: a view of a weight or an in-place update makes none
+                if storage_of[t] == t and t not in inputs:
+                    after[t] = 1
             continue
-        updates_state = any(topo.producer[topo.storage_of[topo.tensor_index[t]]] < 0 for t in op.in_place)
-        if not updates_state and any(not topo.is_static[s] for s in storages):
+        updates_state = any(producer[storage_of[t]] < 0 for t in topo.op_outputs[k] if t in inputs)
+        if not updates_state and any(not is_static[s] for s in storages):
             forward.append(k)
     return forward

@@ -121,14 +121,9 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
     nbytes, to_end, touchers, storages, succs = mem.nbytes, mem.to_end, mem.touchers, mem.storages, mem.succs
     remaining = [len(t) for t in touchers]
     started = [False] * len(touchers)
-    unrun = [0] * len(touchers)
-    for s, ts in enumerate(touchers):
-        x = 0
-        for t in ts:
-            x ^= t
-        unrun[s] = x
-    allocated = [sum([nbytes[s] for s in st]) for st in storages]
-    freed = [sum([nbytes[s] for s in st if remaining[s] == 1 and not to_end[s]]) for st in storages]
+    unrun = list(mem.start_unrun)
+    allocated = list(mem.start_allocated)
+    freed = list(mem.start_freed)
     indegree = [len(p) for p in mem.preds]
     done = [False] * n
     # The op's live heap entry; older entries for it are stale and skipped when popped.

@@ -33,6 +33,10 @@ class Memory:
     Static storages are dropped: they are live under every order.  ``touchers[s]``
     lists, ascending, the ops that touch storage ``s``; ``to_end[s]`` marks graph
     outputs, which stay live once made.
+
+    ``start_allocated[k]``, ``start_freed[k]`` and ``start_unrun[s]`` are the list
+    schedulers' starting totals (before any op runs), derived once here so each
+    scheduler run copies them instead of rebuilding them over every storage.
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -41,6 +45,9 @@ class Memory:
     nbytes: tuple[int, ...]
     touchers: tuple[tuple[int, ...], ...]
     to_end: tuple[bool, ...]
+    start_allocated: tuple[int, ...]
+    start_freed: tuple[int, ...]
+    start_unrun: tuple[int, ...]
 
     @staticmethod
     def of(graph: Graph) -> Memory:
@@ -65,6 +72,14 @@ class Memory:
                 mine.append(i)
                 touchers[i].append(k)
             storages.append(tuple(mine))
+        unrun = [0] * len(touchers)
+        for s, ts in enumerate(touchers):
+            x = 0
+            for t in ts:
+                x ^= t  # the XOR of the ops that have not run yet: the last one, once one remains
+            unrun[s] = x
+        # bytes an op would allocate (storages nobody touched yet) and free (its storages it alone touches)
+        freeable = [b if len(ts) == 1 and not end else 0 for b, ts, end in zip(nbytes, touchers, to_end)]
         return Memory(
             preds=topo.preds,
             succs=topo.succs,
@@ -72,6 +87,9 @@ class Memory:
             nbytes=tuple(nbytes),
             touchers=tuple(map(tuple, touchers)),
             to_end=tuple(to_end),
+            start_allocated=tuple([sum([nbytes[s] for s in st]) for st in storages]),
+            start_freed=tuple([sum([freeable[s] for s in st]) for st in storages]),
+            start_unrun=tuple(unrun),
         )
 
     @property
