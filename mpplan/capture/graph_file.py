@@ -50,7 +50,7 @@ from mpplan.capture.nodelink import graph_from_node_link
 from mpplan.durable import write_text
 from mpplan.errors import GraphError, GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.reading import DocumentError, load_json, load_yaml, read_text
+from mpplan.reading import load_json, load_yaml, read_document
 from mpplan.units import DTYPE_BYTES, MAX_BYTES, dtype_bytes, parse_size
 
 #: Content formats ``load_graph`` accepts; ``auto`` decides from the content.
@@ -87,7 +87,8 @@ def load_graph(
     if format not in FORMATS:
         raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
     path = Path(path)
-    doc = _parse(_read_text(path), _syntax(path), path)
+    # read before the extension is judged: a missing file is "file not found", whatever its name
+    doc = read_document(path, lambda text: (load_json if _syntax(path) == "json" else load_yaml)(text), GraphFileError)
     try:
         content = _content_format(doc) if format == "auto" else format
         if content == "node-link":
@@ -198,23 +199,6 @@ def _syntax(path: Path) -> str:
     if syntax is None:
         raise GraphFileError(f"{path}: unsupported extension {path.suffix!r}; expected .yaml, .yml or .json")
     return syntax
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return read_text(path)
-    except FileNotFoundError:
-        raise GraphFileError(f"{path}: file not found") from None
-    except DocumentError as exc:
-        raise GraphFileError(f"{path}: {exc}") from None
-
-
-def _parse(text: str, syntax: str, path: Path) -> object:
-    """Parsed YAML/JSON (``mpplan.reading``: bounded, no duplicate keys); errors are one line with a position."""
-    try:
-        return load_json(text) if syntax == "json" else load_yaml(text)
-    except DocumentError as exc:
-        raise GraphFileError(f"{path}: {exc}") from None
 
 
 def _content_format(doc: object) -> str:
