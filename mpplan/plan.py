@@ -6,6 +6,10 @@ storage lives in its device's arena, and the predicted memory per device.
 Every field but ``planner.seconds`` is a deterministic function of the inputs.
 ``module_devices`` (an extension of the DESIGN schema) maps each module path to
 the device of its first forward op, in forward order: what exports need.
+``scratch`` (an extension too) maps an op to the bytes it holds outside its device's
+arena while it runs (a result an op with no ``out=`` overload computes before it is
+copied in, see ``mpplan.runtime.scratch``); each device's ``scratch_bytes`` is the
+largest of its ops', and its peak counts it.  Both are written only when non-zero.
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ SCHEMA = "mpplan.plan/1"
 
 @dataclass(frozen=True, slots=True)
 class DevicePlan:
-    """Predicted memory of one device: ``peak = static + arena >= lower_bound = static + LOAD``."""
+    """Predicted memory of one device: ``peak = static + arena + scratch``; ``lower_bound = static + LOAD``.
+
+    ``scratch_bytes`` is memory held outside the arena for one op at a time (0 when
+    every op writes its results straight into the arena).
+    """
 
     name: str
     capacity_bytes: int
@@ -32,6 +40,7 @@ class DevicePlan:
     arena_bytes: int
     peak_bytes: int
     lower_bound_bytes: int
+    scratch_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,7 @@ class Plan:
     settings: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     module_devices: dict[str, str] = field(default_factory=dict)
+    scratch: dict[str, int] = field(default_factory=dict)
 
     def device(self, name: str) -> DevicePlan:
         for d in self.devices:
@@ -96,6 +106,7 @@ class Plan:
                     "arena_bytes": d.arena_bytes,
                     "peak_bytes": d.peak_bytes,
                     "lower_bound_bytes": d.lower_bound_bytes,
+                    **({"scratch_bytes": d.scratch_bytes} if d.scratch_bytes else {}),
                 }
                 for d in self.devices
             ],
@@ -113,6 +124,7 @@ class Plan:
             },
             "planner": {"settings": dict(self.settings), "seconds": dict(self.seconds)},
             "module_devices": dict(self.module_devices),
+            **({"scratch": dict(self.scratch)} if self.scratch else {}),
         }
 
     @classmethod
@@ -132,6 +144,7 @@ class Plan:
                     key: reader.integer(d.get(key), f"devices[{i}].{key}")
                     for key in ("capacity_bytes", "static_bytes", "arena_bytes", "peak_bytes", "lower_bound_bytes")
                 },
+                scratch_bytes=reader.integer(d.get("scratch_bytes", 0), f"devices[{i}].scratch_bytes"),
             )
             for i, d in enumerate(reader.items(data.get("devices"), "devices"))
         )
@@ -177,6 +190,10 @@ class Plan:
             module_devices={
                 str(k): reader.string(v, f"module_devices.{k}")
                 for k, v in reader.mapping(data.get("module_devices", {}), "module_devices").items()
+            },
+            scratch={
+                str(k): reader.integer(v, f"scratch.{k}")
+                for k, v in reader.mapping(data.get("scratch", {}), "scratch").items()
             },
         )
 
