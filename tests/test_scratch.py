@@ -94,3 +94,62 @@ def test_arena_run_measures_the_plans_own_peak_on_a_zoo_model() -> None:
     m = evaluate_program(program, planned, model, inputs, steps=1, warmup=0, arena=False, devices="virtual",
                          eager=False)
     assert m.devices[0].measured_peak_bytes == m.devices[0].predicted_peak_bytes == d.lower_bound_bytes
+
+
+def test_clone_and_safe_softmax_rewrites_write_the_same_bits() -> None:
+    aten = torch.ops.aten
+    from mpplan.runtime.arena import exact_rewrite
+
+    x = torch.randn(2, 3, 5, 5)
+    x[0, 1, 2, :] = float("-inf")  # a fully masked row: zero, not NaN
+    x[1, 0, 1, 3] = float("nan")  # a NaN row stays NaN
+    x[1, 2, 0, :] = float("-inf")
+    x[1, 2, 0, 1] = float("nan")  # -inf and a NaN: not "fully masked"
+    for source, dim in ((x, -1), (x.transpose(1, 2), 1), (x.transpose(2, 3), 3)):
+        expected = aten._safe_softmax.default(source, dim)
+        out = torch.empty_strided(expected.shape, expected.stride())
+        got = exact_rewrite(aten._safe_softmax.default)((source, dim), {}, out)
+        assert got is out and torch.equal(got.view(torch.int32), expected.view(torch.int32))
+        clone = aten.clone.default(source)
+        out = torch.empty_strided(clone.shape, clone.stride())
+        assert torch.equal(exact_rewrite(aten.clone.default)((source,), {}, out).view(torch.int32),
+                           clone.view(torch.int32))
+    # Outside what it reproduces (another result dtype), the rewrite declines and the op is copied in.
+    assert exact_rewrite(aten._safe_softmax.default)((x, -1, torch.float64), {}, torch.empty(x.shape)) is None
+    assert exact_rewrite(aten._safe_softmax.default, "cuda") is None
+
+
+def test_rewritten_attention_softmax_and_clone_hold_no_scratch() -> None:
+    """The conv + attention zoo model's attention softmax (``_safe_softmax``) was its largest scratch and
+    its clones copied in too; rewritten, they write into the arena, and the run stays bit-exact."""
+    from mpplan.runtime.devices import map_devices
+    from mpplan.runtime.executor import Executor
+    from mpplan.runtime.schedule import compile_schedule
+    from mpplan.runtime.scratch import op_scratch
+
+    torch.manual_seed(0)
+    model = zoo.build("convattn", stages=2, width=16, n_heads=2, groups=4)
+    inputs = zoo.example_inputs("convattn", batch=4, image_size=8)
+    program = capture_program(model, inputs, mode="train", optimizer="adam")
+    types = {op.name: op.type for op in program.graph.ops}
+    assert {"aten._safe_softmax.default", "aten.clone.default"} <= set(types.values())
+    bare = plan(program.graph, [device(name="cuda:0")], PlannerSettings(placement="single"))
+    scratch = op_scratch(compile_schedule(program, bare), map_devices(["cuda:0"], "virtual"))
+    assert scratch and not {types[o] for o in scratch} & {"aten._safe_softmax.default", "aten.clone.default"}
+    planned = with_scratch(bare, scratch)
+    verify(program.graph, planned)
+    m = evaluate_program(program, planned, model, inputs, steps=1, warmup=1, devices="virtual")
+    assert m.devices[0].measured_peak_bytes == m.devices[0].predicted_peak_bytes == planned.devices[0].peak_bytes
+    assert m.numerics is not None and m.numerics.ok, m.numerics
+    # Against the same graph run op by op without an arena (every op its own call), the arena run's loss,
+    # gradients and updated weights are the same bits (eager differs from both by float rounding).
+    schedule = compile_schedule(program, planned)
+    runs = []
+    for arena in (True, False):
+        executor = Executor(schedule, model, inputs, map_devices(["cuda:0"], "virtual"), arena=arena)
+        torch.manual_seed(0)
+        values = executor.run_step()
+        runs.append([values.outputs[0].clone(), *(g.clone() for g in values.grads.values()),
+                     *(v.clone() for v in executor.state().values())])
+    assert len(runs[0]) == len(runs[1]) > 2
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
