@@ -10,9 +10,9 @@ every storage counted by the runtime's meter, results computed outside the arena
 included), and the section says so.  For every zoo model and GPT-2 small, with
 ``planner.grads`` static and dynamic, and with the arena on and off:
 
-* predicted: the plan's peak plus, in arena mode, the scratch of the largest result
-  an op without an ``out=`` overload computes outside the arena (no arena: static +
-  LOAD, every tensor its own allocation);
+* predicted: in arena mode the plan's own peak, which counts the scratch of the
+  largest result an op without an ``out=`` overload computes outside the arena
+  (``plan_with_scratch``); no arena: static + LOAD, every tensor its own allocation;
 * measured, the error, and eager PyTorch's measured peak at the same batch;
 * the median step time, planned and eager, and whether the numerics match eager.
 """
@@ -29,6 +29,7 @@ from benchlib import human, log, rerun, section_main, stamp, table, torch_case, 
 from mpplan.planner import PlannerSettings, plan
 from mpplan.runtime import cuda_available, evaluate_program
 from mpplan.runtime.measure import Measurement
+from mpplan.runtime.scratch import plan_with_scratch
 from mpplan.runtime.trace import capture_for
 
 #: (label, config, overrides); GPT-2 small at its config's 4x512 and at 8x512.
@@ -36,6 +37,7 @@ CASES = (
     ("zoo_mlp", "zoo_mlp", ()),
     ("zoo_resnet", "zoo_resnet", ()),
     ("zoo_gpt", "zoo_gpt", ()),
+    ("zoo_convattn", "zoo_convattn", ()),
     ("GPT-2 small 4x512", "gpt2_small", ("workload.batch=4", "workload.seq=512")),
     ("GPT-2 small 8x512", "gpt2_small", ("workload.batch=8", "workload.seq=512")),
 )
@@ -72,6 +74,7 @@ def run_case(label: str, config: str, overrides: tuple[str, ...], device: torch.
     rows = []
     for grads in ("static", "dynamic"):
         planned = plan(program.graph, [case.device], dataclasses.replace(base, placement="single", grads=grads))
+        planned = plan_with_scratch(program, planned, devices)
         for arena in (True, False):
             m = evaluate_program(program, planned, case.model, case.inputs, steps=steps, warmup=1, arena=arena,
                                  devices=devices, eager=True)
@@ -123,9 +126,9 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
         "## Plans executed: predicted, measured and eager",
         stamp(rerun("bench_gpu.py", quick)) + (f" **Unfinished: {partial}.**" if partial else ""),
         f"Device: {where}; torch {torch.__version__}; {steps} timed step(s) after 1 warm-up; {shapes}.  "
-        "Predicted in arena mode is the plan's peak plus `scratch`, the largest result an op with no "
-        "`out=` overload computes outside the arena before it is copied in (attention, layer and batch "
-        "norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device counts "
+        "Predicted in arena mode is the plan's own peak (`plan.json`), static + arena + `scratch`, the largest "
+        "result an op with no `out=` overload computes outside the arena before it is copied in (attention, "
+        "layer and batch norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device counts "
         "every storage alive at once, transients included, as the CUDA allocator does.",
         table(HEADERS, [r.cells for r in rows]),
         f"Arena mode: measured within {max(arena_errors):.2f}% of predicted on every row "
