@@ -83,6 +83,20 @@ def together_peak(graph: Graph, found: Plan) -> tuple[int, tuple[str, ...]]:
     return static + max(total, default=0), tuple(peak_ops)
 
 
+def per_op_bound(graph: Graph, found: Plan) -> int:
+    """Static + the most, over the one device's ops, of the bytes live at the op plus the op's scratch.
+
+    What arena mode would need if an op's scratch could take arena bytes free at that op (a planned
+    allocator serving the kernel's own allocation there): a lower bound, a model, never measured here.
+    """
+    placed = placed_graph(graph, found)
+    liveness = live_ranges(placed.graph, range(len(placed.graph.ops)))
+    profile = sim.live_profile(liveness.ranges, liveness.num_steps)
+    return liveness.static_bytes + max(
+        (live + found.scratch.get(op.name, 0) for live, op in zip(profile, placed.graph.ops)), default=0
+    )
+
+
 @dataclass(frozen=True)
 class Mode:
     """One grads mode of one model: measured peaks on one device and on two."""
@@ -91,6 +105,7 @@ class Mode:
     one: int
     scratch: int  # of ``one``: the most one op holds outside the arena (results copied in)
     lower_bound: int  # the one-device plan without an arena: static + LOAD, every tensor its own allocation
+    per_op: int  # static + the most bytes live at one op plus that op's scratch (arena bytes free then reused)
     unpadded: int  # the one-device plan's peak with 1-byte alignment (predicted)
     two: tuple[int, ...]
     together: int
@@ -157,6 +172,7 @@ def torch_result(case: TorchCase) -> TorchResult:
         together, peak_ops = together_peak(graph, pipeline)
         d = single.devices[0]
         modes.append(Mode(grads, first.devices[0].measured_peak_bytes, d.scratch_bytes, d.lower_bound_bytes,
+                          per_op_bound(graph, single),
                           unpadded.max_peak_bytes, two, together, pipeline.cross_device_bytes, peak_ops,
                           first.numerics is not None and first.numerics.ok))
         log(f"  {grads}: one device {human(modes[-1].one)}, two {[human(b) for b in two]} (eager {human(eager)})")
@@ -207,6 +223,11 @@ def eager_note(results: Sequence[TorchResult]) -> str:
         "that scratch adds to the whole arena whatever the order; without an arena (every tensor its own "
         "allocation, freed after its last use) the same plan needs static + LOAD, "
         + (f"more than eager on {', '.join(bare_worse)}." if bare_worse else "no more than eager on every model.")
+        + "  If each op's scratch could take arena bytes free at that op (a planned allocator serving the "
+        "kernel's own allocation inside the arena, possible with a CUDA memory pool, not with the CPU "
+        "allocator), the bound static + max over ops of (live + scratch) would be "
+        + ", ".join(f"{r.label} {verdict(m.per_op, r.eager)}" for r, m in dynamic)
+        + " (a model from the plan, not measured)."
         + "  Eager's meter counts each storage's own bytes, as the CUDA allocator does not (it rounds every "
         "block up to 512 bytes), so on a GPU eager pays more padding than the plan's 64-byte alignment."
     )
