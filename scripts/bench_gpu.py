@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 import torch
-from benchlib import human, log, rerun, section_main, stamp, table, torch_case, write_section
+from benchlib import human, load_average, log, rerun, section_main, stamp, table, torch_case, write_section
 
 from mpplan.planner import PlannerSettings, plan
 from mpplan.runtime import cuda_available, evaluate_program
@@ -113,6 +113,24 @@ def build(quick: bool) -> str:
     return section(rows, device, steps, quick, None)
 
 
+def scratch_note(rows: list[Row]) -> str:
+    """Where the arena-mode plan (default dynamic grads) needs more than eager, and the same plan without an arena."""
+    on = {r.cells[0]: r for r in rows if r.cells[1] == "dynamic" and r.cells[2] == "on"}
+    off = {r.cells[0]: r for r in rows if r.cells[1] == "dynamic" and r.cells[2] == "off"}
+    above = [m for m, r in on.items() if r.planned > r.eager]
+    if not above:
+        return "With dynamic gradients (the default) the arena-mode plan needs no more than eager on every model."
+    bare = [m for m in above if m in off and off[m].planned <= off[m].eager]
+    return (
+        "With dynamic gradients (the default) the arena-mode plan needs more than eager on "
+        + ", ".join(f"{m} (scratch {on[m].cells[6]})" for m in above)
+        + ": scratch comes on top of the whole arena, one block held all step, whatever the order (with no "
+        "scratch, the excess is 64-byte alignment padding); "
+        + (f"without an arena the same plan needs no more than eager on {', '.join(bare)}." if bare else
+           "without an arena it needs more too.")
+    )
+
+
 def section(rows: list[Row], device: torch.device, steps: int, quick: bool, partial: str | None) -> str:
     """The section's markdown for ``rows``; ``partial`` says how far an unfinished run got."""
     where = (f"one GPU, {torch.cuda.get_device_name(0)}" if device.type == "cuda" else
@@ -128,12 +146,16 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
         f"Device: {where}; torch {torch.__version__}; {steps} timed step(s) after 1 warm-up; {shapes}.  "
         "Predicted in arena mode is the plan's own peak (`plan.json`), static + arena + `scratch`, the largest "
         "result an op with no `out=` overload computes outside the arena before it is copied in (attention, "
-        "layer and batch norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device counts "
-        "every storage alive at once, transients included, as the CUDA allocator does.",
+        "layer and batch norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device "
+        "counts every storage alive at once, transients included, as the CUDA allocator does.",
         table(HEADERS, [r.cells for r in rows]),
         f"Arena mode: measured within {max(arena_errors):.2f}% of predicted on every row "
         f"(median {statistics.median(arena_errors):.2f}%).  The measured plan needs no more than eager on "
-        f"{below} of {len(rows)} rows."
+        f"{below} of {len(rows)} rows.  "
+        + scratch_note(rows)
+        + f"  Step times come from {steps} timed step(s) on a machine shared with other jobs (load average "
+        f"{load_average():.1f} when this was written): on a CPU they vary several-fold from run to run and compare "
+        "nothing."
         + ("  No GPU here: the CUDA rows (allocator-measured, GPT-2 small at 4x512 and 8x512) wait for a "
            "GPU machine, where `python scripts/bench_gpu.py` replaces this section." if device.type == "cpu" else ""),
     ])
