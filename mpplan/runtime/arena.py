@@ -10,8 +10,8 @@ an exact rewrite onto ops that have one (``exact_rewrite``: ``relu`` is
 and on CPU ``embedding_dense_backward`` an ``index_add_`` and ``_safe_softmax`` a
 ``_softmax`` with its fully masked rows zeroed);
 otherwise the executor computes the result and copies it in, and counts the copy's
-source as transient memory (which the run's prediction includes, see
-``Executor.scratch_bytes``).  An overload codegen generated (``OutVariant.generated``) is not a
+source as transient memory (scratch, which ``scratch.plan_with_scratch`` counts in
+the plan's peak).  An overload codegen generated (``OutVariant.generated``) is not a
 real one: it computes into a temporary the meter cannot see and copies that in,
 so the executor does the same itself, in the open.
 """
