@@ -8,6 +8,10 @@ Every field but ``planner.seconds`` is a deterministic function of the inputs.
 the device of its first forward op, in forward order: what exports need.
 ``settings`` and ``remat`` are typed records (``mpplan.plan_records``) that read as the
 mappings ``plan.json`` holds.
+``scratch`` (an extension too) maps an op to the bytes it holds outside its device's
+arena while it runs (a result an op with no ``out=`` overload computes before it is
+copied in, see ``mpplan.runtime.scratch``); each device's ``scratch_bytes`` is the
+largest of its ops', and its peak counts it.  Both are written only when non-zero.
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ __all__ = ["SCHEMA", "Buffer", "Copy", "DevicePlan", "Plan", "PlanSettings", "Re
 
 @dataclass(frozen=True, slots=True)
 class DevicePlan:
-    """Predicted memory of one device: ``peak = static + arena >= lower_bound = static + LOAD``."""
+    """Predicted memory of one device: ``peak = static + arena + scratch``; ``lower_bound = static + LOAD``.
+
+    ``scratch_bytes`` is memory held outside the arena for one op at a time (0 when
+    every op writes its results straight into the arena).
+    """
 
     name: str
     capacity_bytes: int
@@ -38,6 +46,7 @@ class DevicePlan:
     arena_bytes: int
     peak_bytes: int
     lower_bound_bytes: int
+    scratch_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,7 @@ class Plan:
     settings: PlanSettings = field(default_factory=PlanSettings)
     seconds: dict[str, float] = field(default_factory=dict)
     module_devices: dict[str, str] = field(default_factory=dict)
+    scratch: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # the mapping forms (plan.json's, and older callers' dicts) become the typed records
@@ -109,6 +119,7 @@ class Plan:
                     "arena_bytes": d.arena_bytes,
                     "peak_bytes": d.peak_bytes,
                     "lower_bound_bytes": d.lower_bound_bytes,
+                    **({"scratch_bytes": d.scratch_bytes} if d.scratch_bytes else {}),
                 }
                 for d in self.devices
             ],
@@ -126,6 +137,7 @@ class Plan:
             },
             "planner": {"settings": self.settings.to_dict(), "seconds": dict(self.seconds)},
             "module_devices": dict(self.module_devices),
+            **({"scratch": dict(self.scratch)} if self.scratch else {}),
         }
 
     @classmethod
@@ -145,6 +157,7 @@ class Plan:
                     key: reader.integer(d.get(key), f"devices[{i}].{key}")
                     for key in ("capacity_bytes", "static_bytes", "arena_bytes", "peak_bytes", "lower_bound_bytes")
                 },
+                scratch_bytes=reader.integer(d.get("scratch_bytes", 0), f"devices[{i}].scratch_bytes"),
             )
             for i, d in enumerate(reader.items(data.get("devices"), "devices"))
         )
@@ -193,6 +206,10 @@ class Plan:
             module_devices={
                 str(k): reader.string(v, f"module_devices.{k}")
                 for k, v in reader.mapping(data.get("module_devices", {}), "module_devices").items()
+            },
+            scratch={
+                str(k): reader.integer(v, f"scratch.{k}")
+                for k, v in reader.mapping(data.get("scratch", {}), "scratch").items()
             },
         )
 

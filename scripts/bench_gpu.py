@@ -10,9 +10,9 @@ every storage counted by the runtime's meter, results computed outside the arena
 included), and the section says so.  For every zoo model and GPT-2 small, with
 ``planner.grads`` static and dynamic, and with the arena on and off:
 
-* predicted: the plan's peak plus, in arena mode, the scratch of the largest result
-  an op without an ``out=`` overload computes outside the arena (no arena: static +
-  LOAD, every tensor its own allocation);
+* predicted: in arena mode the plan's own peak, which counts the scratch of the
+  largest result an op without an ``out=`` overload computes outside the arena
+  (``plan_with_scratch``); no arena: static + LOAD, every tensor its own allocation;
 * measured, the error, and eager PyTorch's measured peak at the same batch;
 * the median step time, planned and eager, and whether the numerics match eager.
 """
@@ -24,11 +24,12 @@ import statistics
 from dataclasses import dataclass
 
 import torch
-from benchlib import human, log, rerun, section_main, stamp, table, torch_case, write_section
+from benchlib import human, load_average, log, rerun, section_main, stamp, table, torch_case, write_section
 
 from mpplan.planner import PlannerSettings, plan
 from mpplan.runtime import cuda_available, evaluate_program
 from mpplan.runtime.measure import Measurement
+from mpplan.runtime.scratch import plan_with_scratch
 from mpplan.runtime.trace import capture_for
 
 #: (label, config, overrides); GPT-2 small at its config's 4x512 and at 8x512.
@@ -36,6 +37,7 @@ CASES = (
     ("zoo_mlp", "zoo_mlp", ()),
     ("zoo_resnet", "zoo_resnet", ()),
     ("zoo_gpt", "zoo_gpt", ()),
+    ("zoo_convattn", "zoo_convattn", ()),
     ("GPT-2 small 4x512", "gpt2_small", ("workload.batch=4", "workload.seq=512")),
     ("GPT-2 small 8x512", "gpt2_small", ("workload.batch=8", "workload.seq=512")),
 )
@@ -72,6 +74,7 @@ def run_case(label: str, config: str, overrides: tuple[str, ...], device: torch.
     rows = []
     for grads in ("static", "dynamic"):
         planned = plan(program.graph, [case.device], dataclasses.replace(base, placement="single", grads=grads))
+        planned = plan_with_scratch(program, planned, devices)
         for arena in (True, False):
             m = evaluate_program(program, planned, case.model, case.inputs, steps=steps, warmup=1, arena=arena,
                                  devices=devices, eager=True)
@@ -110,6 +113,24 @@ def build(quick: bool) -> str:
     return section(rows, device, steps, quick, None)
 
 
+def scratch_note(rows: list[Row]) -> str:
+    """Where the arena-mode plan (default dynamic grads) needs more than eager, and the same plan without an arena."""
+    on = {r.cells[0]: r for r in rows if r.cells[1] == "dynamic" and r.cells[2] == "on"}
+    off = {r.cells[0]: r for r in rows if r.cells[1] == "dynamic" and r.cells[2] == "off"}
+    above = [m for m, r in on.items() if r.planned > r.eager]
+    if not above:
+        return "With dynamic gradients (the default) the arena-mode plan needs no more than eager on every model."
+    bare = [m for m in above if m in off and off[m].planned <= off[m].eager]
+    return (
+        "With dynamic gradients (the default) the arena-mode plan needs more than eager on "
+        + ", ".join(f"{m} (scratch {on[m].cells[6]})" for m in above)
+        + ": scratch comes on top of the whole arena, one block held all step, whatever the order (with no "
+        "scratch, the excess is 64-byte alignment padding); "
+        + (f"without an arena the same plan needs no more than eager on {', '.join(bare)}." if bare else
+           "without an arena it needs more too.")
+    )
+
+
 def section(rows: list[Row], device: torch.device, steps: int, quick: bool, partial: str | None) -> str:
     """The section's markdown for ``rows``; ``partial`` says how far an unfinished run got."""
     where = (f"one GPU, {torch.cuda.get_device_name(0)}" if device.type == "cuda" else
@@ -123,14 +144,18 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
         "## Plans executed: predicted, measured and eager",
         stamp(rerun("bench_gpu.py", quick)) + (f" **Unfinished: {partial}.**" if partial else ""),
         f"Device: {where}; torch {torch.__version__}; {steps} timed step(s) after 1 warm-up; {shapes}.  "
-        "Predicted in arena mode is the plan's peak plus `scratch`, the largest result an op with no "
-        "`out=` overload computes outside the arena before it is copied in (attention, layer and batch "
-        "norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device counts "
-        "every storage alive at once, transients included, as the CUDA allocator does.",
+        "Predicted in arena mode is the plan's own peak (`plan.json`), static + arena + `scratch`, the largest "
+        "result an op with no `out=` overload computes outside the arena before it is copied in (attention, "
+        "layer and batch norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device "
+        "counts every storage alive at once, transients included, as the CUDA allocator does.",
         table(HEADERS, [r.cells for r in rows]),
         f"Arena mode: measured within {max(arena_errors):.2f}% of predicted on every row "
         f"(median {statistics.median(arena_errors):.2f}%).  The measured plan needs no more than eager on "
-        f"{below} of {len(rows)} rows."
+        f"{below} of {len(rows)} rows.  "
+        + scratch_note(rows)
+        + f"  Step times come from {steps} timed step(s) on a machine shared with other jobs (load average "
+        f"{load_average():.1f} when this was written): on a CPU they vary several-fold from run to run and compare "
+        "nothing."
         + ("  No GPU here: the CUDA rows (allocator-measured, GPT-2 small at 4x512 and 8x512) wait for a "
            "GPU machine, where `python scripts/bench_gpu.py` replaces this section." if device.type == "cpu" else ""),
     ])

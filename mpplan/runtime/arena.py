@@ -6,11 +6,12 @@ and strides (those the traced fake value had, so later view ops see the layout t
 graph was captured with).  An op writes its fresh outputs straight into those views
 through its ``out=`` overload when ATen has a real one (``out_variant``), or through
 an exact rewrite onto ops that have one (``exact_rewrite``: ``relu`` is
-``clamp_min(x, 0)``, ``embedding`` an ``index_select``, ``ones_like`` a ``fill_``,
-and on CPU ``embedding_dense_backward`` an ``index_add_``);
+``clamp_min(x, 0)``, ``embedding`` an ``index_select``, ``ones_like`` a ``fill_``, ``clone`` a ``copy_``,
+and on CPU ``embedding_dense_backward`` an ``index_add_`` and ``_safe_softmax`` a
+``_softmax`` with its fully masked rows zeroed);
 otherwise the executor computes the result and copies it in, and counts the copy's
-source as transient memory (which the run's prediction includes, see
-``Executor.scratch_bytes``).  An overload codegen generated (``OutVariant.generated``) is not a
+source as transient memory (scratch, which ``scratch.plan_with_scratch`` counts in
+the plan's peak).  An overload codegen generated (``OutVariant.generated``) is not a
 real one: it computes into a temporary the meter cannot see and copies that in,
 so the executor does the same itself, in the open.
 """
@@ -252,12 +253,38 @@ def _embedding_backward(args: Sequence[Any], kwargs: dict[str, Any], out: torch.
     return out
 
 
+def _clone(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
+    # clone is empty_like(self, memory_format) then copy_: the planned tensor already has the layout
+    # empty_like chose when the graph was traced, and copy_ moves the same bits.
+    (x,) = args
+    if tuple(x.shape) != tuple(out.shape) or x.dtype != out.dtype:
+        return None
+    return out.copy_(x)
+
+
+def _safe_softmax(args: Sequence[Any], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
+    # ATen's _safe_softmax is where(all(self == -inf, dim), 0, softmax(self, dim)): softmax of a float
+    # tensor in its own dtype is _softmax(self, dim, false), which has a real out= overload.  A row is all
+    # -inf exactly when its max is -inf (a NaN makes both false), so the rows to zero come from an
+    # amax of one value per row instead of a boolean copy of the whole input.
+    x, dim = args[0], args[1]
+    dtype = args[2] if len(args) > 2 else kwargs.get("dtype")
+    if (dtype is not None and dtype != x.dtype) or not x.is_floating_point() or x.dtype != out.dtype:
+        return None
+    if x.dim() == 0 or x.size(dim) == 0 or tuple(x.shape) != tuple(out.shape):
+        return None
+    torch.ops.aten._softmax.out(x, dim, False, out=out)
+    return out.masked_fill_(x.amax(dim, keepdim=True).eq(float("-inf")), 0)
+
+
 _REWRITES: dict[Any, Rewrite] = {
     torch.ops.aten.relu.default: _relu,
     torch.ops.aten.ones_like.default: _ones_like,
     torch.ops.aten.embedding.default: _embedding,
     torch.ops.aten.embedding_dense_backward.default: _embedding_backward,
+    torch.ops.aten.clone.default: _clone,
+    torch.ops.aten._safe_softmax.default: _safe_softmax,
 }
 
 #: Rewrites exact only against the CPU kernel.
-_CPU_ONLY = frozenset({torch.ops.aten.embedding_dense_backward.default})
+_CPU_ONLY = frozenset({torch.ops.aten.embedding_dense_backward.default, torch.ops.aten._safe_softmax.default})

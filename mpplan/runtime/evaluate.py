@@ -201,9 +201,10 @@ def _run_planned(
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
         scratch = executor.scratch_bytes.get(d.name, 0)
-        # The arena plus the largest result an op without an out= overload holds outside it while
-        # it is copied in; without an arena every result is its own allocation (static + LOAD).
-        predicted = d.peak_bytes + scratch if arena else d.lower_bound_bytes
+        # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run
+        # holds outside the arena beyond that (a plan made without it) is added.  Without an arena every
+        # result is its own allocation: static + LOAD.
+        predicted = d.peak_bytes + max(0, scratch - d.scratch_bytes) if arena else d.lower_bound_bytes
         tracked = meter.peaks.get(d.name, 0)
         counted = meter.total_peaks.get(d.name, 0)
         window = windows.get(str(torch_device))

@@ -24,8 +24,8 @@ across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
 Transients are real memory: a CUDA allocator holds them next to the arena, so the
 meter counts them with everything else alive at that moment.  Which steps compute
 outside the arena, and how big their results are, is known before anything runs
-(the traced values' storages), so ``scratch_bytes`` predicts it per device: the
-run's prediction is the plan's peak plus that scratch (see ``evaluate``).
+(the traced values' storages, ``scratch.landing``), so ``scratch_bytes`` says it per
+device; a plan made with ``scratch.plan_with_scratch`` already counts it in its peak.
 
 Every storage created is registered with a ``StorageMeter`` under the planned device
 of the op that made it, so per-device peaks are measured, not assumed.
@@ -42,10 +42,11 @@ import torch
 
 from mpplan.capture.torch_capture import SourceRole
 from mpplan.errors import PlanError
-from mpplan.runtime.arena import Layout, arena_view, exact_rewrite, layout_of, packed_stride, region_bytes
+from mpplan.runtime.arena import Layout, arena_view, layout_of, packed_stride, region_bytes
 from mpplan.runtime.devices import DeviceMap
 from mpplan.runtime.redirect import ExecMode, Job, Redirect
-from mpplan.runtime.schedule import Schedule, Step, Target, flatten
+from mpplan.runtime.schedule import Schedule, Step
+from mpplan.runtime.scratch import landing
 from mpplan.runtime.tracking import StorageMeter
 
 __all__ = ["CUDA_ALIGNMENT", "Executor", "StepValues", "Trace"]
@@ -176,16 +177,15 @@ class Executor:
         return carry
 
     def _target_buffers(self) -> dict[int, Redirect]:
-        """For every step with fresh outputs, the planned tensors they are written into."""
+        """For every step with fresh outputs, the planned tensors they are written into (see ``scratch.landing``)."""
         plan = self.schedule.plan
         per_step: dict[int, Redirect] = {}
         for step in self.schedule.steps:
-            device_type = self.device_map.torch_device(step.device).type
-            targets = tuple(t for t in step.targets if t.device_type == device_type)
-            if not targets:
+            how = landing(self.program, step, self.device_map.torch_device(step.device).type)
+            if how is None:
                 continue
             views = []
-            for target in targets:
+            for target in how.targets:
                 if target.static:
                     views.append(self._static[target.tensor])
                     continue
@@ -194,32 +194,18 @@ class Executor:
                     raise PlanError(f"plan: dynamic tensor {target.tensor!r} (op {step.op!r}) has no buffer")
                 if buffer.device != step.device:
                     raise PlanError(
-                        f"plan: buffer of {target.tensor!r} is on {buffer.device}, its producer {step.op!r} on {step.device}"
+                        f"plan: buffer of {target.tensor!r} is on {buffer.device}, its producer {step.op!r} "
+                        f"on {step.device}"
                     )
                 if buffer.bytes < target.layout.span_bytes:
                     raise PlanError(
                         f"plan: buffer of {target.tensor!r} has {buffer.bytes} bytes, the tensor spans "
                         f"{target.layout.span_bytes}"
                     )
-                views.append(arena_view(self._arenas[step.device], buffer.offset, target.layout, where=f"buffer {target.tensor!r}"))
-            # A generated out= overload computes into a temporary and copies it into out: the same
-            # memory as computing and copying in ourselves, but hidden from the meter.  Do it ourselves.
-            complete = len(targets) == len(step.targets)
-            use_out = step.out is not None and not step.out.generated and complete
-            rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func, device_type)
-            scratch = 0 if use_out or rewrite is not None else self._result_bytes(step, targets)
-            per_step[step.index] = Redirect(targets, tuple(views), use_out, rewrite, scratch)
+                views.append(arena_view(self._arenas[step.device], buffer.offset, target.layout,
+                                        where=f"buffer {target.tensor!r}"))
+            per_step[step.index] = Redirect(how.targets, tuple(views), how.use_out, how.rewrite, how.scratch)
         return per_step
-
-    def _result_bytes(self, step: Step, targets: tuple[Target, ...]) -> int:
-        """Bytes of the storages the traced kernel made for ``targets``: what computing outside the arena holds."""
-        assert step.node is not None
-        leaves = flatten(self.program.nodes[step.node].meta.get("val"))
-        storages = {}
-        for target in targets:
-            storage = leaves[target.leaf].untyped_storage()
-            storages[id(storage)] = (storage, int(storage.nbytes()))
-        return sum(nbytes for _storage, nbytes in storages.values())
 
     # ---- one step -------------------------------------------------------------------------------
 

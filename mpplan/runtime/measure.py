@@ -9,9 +9,11 @@
 Which prediction a device is held to depends on how it ran.  In arena mode the
 device holds its static tensors plus one arena of ``arena_bytes`` and, while an
 op that has no ``out=`` overload runs, its results computed outside the arena
-before they are copied in: the prediction is the plan's ``peak_bytes`` plus the
-largest such result (``scratch_bytes``, known from the traced kernels before the
-run).  Without an arena every tensor is its own
+before they are copied in (``scratch_bytes``, the largest such result, known from
+the traced kernels before the run).  A plan made with ``scratch.plan_with_scratch``
+counts that scratch in its own ``peak_bytes``, which is then the prediction; for a
+plan made without it, the prediction is its ``peak_bytes`` plus the scratch the plan
+leaves out.  Without an arena every tensor is its own
 allocation, freed after its last use, so what the device can need is the plan's
 ``lower_bound_bytes`` (static + LOAD, the simulator's live-bytes maximum; no
 fragmentation, no alignment padding).  Both plan numbers are kept in the record.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
 from mpplan.plan import Copy, Plan
-from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks
+from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks, check_scratch
 from mpplan.verify.parallel import check_parallel_safe
 from mpplan.verify.recompute import with_recomputes
 from mpplan.verify.replay import replay
@@ -69,6 +69,7 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     root = _roots(tensors)
     _check_schedule_names(graph, plan, copies)
     device_of = _check_placement(graph, plan, copies)
+    check_scratch(plan, device_of)
     run = replay(graph, plan, root, copies, device_of, dependencies=truth.parallel_safe)
     first, last, home = run.first, dict(run.last), run.home
     grads_dynamic = truth.grads == "dynamic"

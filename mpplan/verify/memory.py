@@ -130,7 +130,7 @@ class _Disjoint:
 
 def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: list[str], dynamic: list[str],
                 first: dict[str, int], last: dict[str, int]) -> None:
-    """``static_bytes`` from the graph, ``arena_bytes`` covers the buffers, ``peak = static + arena``,
+    """``static_bytes`` from the graph, ``arena_bytes`` covers the buffers, ``peak = static + arena + scratch``,
     and ``lower_bound = static + LOAD`` (the largest sum of live bytes at one step)."""
     static_bytes = sum(size[s] for s in static)
     if device.static_bytes != static_bytes:
@@ -138,10 +138,10 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
     used = max((b.offset + b.bytes for b in map(plan.buffers.__getitem__, dynamic)), default=0)
     if device.arena_bytes < used:
         _fail(f"device {device.name}: arena_bytes {device.arena_bytes} is below the buffers' extent {used}")
-    if device.peak_bytes != device.static_bytes + device.arena_bytes:
+    if device.peak_bytes != device.static_bytes + device.arena_bytes + device.scratch_bytes:
         _fail(
             f"device {device.name}: peak_bytes {device.peak_bytes} != static {device.static_bytes} "
-            f"+ arena {device.arena_bytes}"
+            f"+ arena {device.arena_bytes} + scratch {device.scratch_bytes}"
         )
     change = [0] * (len(plan.schedule) + 1)  # live bytes at step i: the sum of change[:i + 1]
     for s in dynamic:
@@ -153,6 +153,22 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
         _fail(
             f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"
         )
+
+
+def check_scratch(plan: Plan, device_of: dict[str, str]) -> None:
+    """Every op in ``plan.scratch`` is scheduled and holds >= 0 bytes; each device's ``scratch_bytes`` is
+    the largest its ops hold (one op runs at a time, so their scratch never adds up)."""
+    largest = {d.name: 0 for d in plan.devices}
+    for op, nbytes in plan.scratch.items():
+        if op not in device_of:
+            _fail(f"scratch: {op!r} is not an op of the schedule")
+        if nbytes < 0:
+            _fail(f"scratch: op {op!r} holds {nbytes} bytes, expected >= 0")
+        largest[device_of[op]] = max(largest[device_of[op]], nbytes)
+    for d in plan.devices:
+        if d.scratch_bytes != largest[d.name]:
+            _fail(f"device {d.name}: scratch_bytes {d.scratch_bytes} != {largest[d.name]}, the most one of its ops "
+                  "holds outside the arena")
 
 
 def _fail(message: str) -> None:
