@@ -29,6 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from mpplan.cluster.actors import ClusterError, EvaluatorPool, PoolSettings, cluster_capacity, cluster_gpus, ray_session
+from mpplan.cluster.apply_fit import ApplyEvaluator
 from mpplan.cluster.choose import plan_grid, plan_max_batch
 from mpplan.cluster.evaluator import EvaluateFn, RuntimeEvaluator
 from mpplan.cluster.objective import Objective
@@ -71,6 +72,11 @@ def run_search(
     search = config.search
     objective = Objective(search.objective, batch_axis_key(search))
     space_axes = axes(search, config.source, base=config)
+    if search.fit == "apply" and config.model.torch is None:
+        raise ConfigError(
+            f"{config.source}: search.fit: apply trains model.torch in your loop; a synthetic graph or graph file "
+            "has no model to train (search.fit: plan)"
+        )
     if search.top_k > 0 and evaluate_candidate is None:
         if config.model.torch is None:
             raise ConfigError(
@@ -78,7 +84,7 @@ def run_search(
                 "can only be ranked by prediction (search.top_k: 0)"
             )
         measure = search.measure
-        evaluate_candidate = RuntimeEvaluator(
+        evaluate_candidate = ApplyEvaluator(steps=measure.steps) if search.fit == "apply" else RuntimeEvaluator(
             steps=measure.steps, warmup=measure.warmup, arena=measure.arena, eager=measure.eager
         )
     reporter = Progress.for_terminal(objective, progress)

@@ -65,7 +65,9 @@ class Session:
     """Be connected to Ray (set by ``run_search``; started lazily: nothing to measure, no Ray)."""
 
     def __post_init__(self) -> None:
-        self.planner = PointPlanner(base_raw(self.config), self.config.source, self.store, self.record)
+        self.planner = PointPlanner(
+            base_raw(self.config), self.config.source, self.store, self.record, fit=self.config.search.fit
+        )
 
     @property
     def measuring(self) -> bool:
