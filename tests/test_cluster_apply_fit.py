@@ -129,6 +129,24 @@ def test_fit_apply_picks_the_batch_that_fits_the_users_loop(tmp_path):
     assert overrun > cap
 
 
+@pytest.mark.cuda
+def test_on_cuda_the_loop_holds_the_prediction_under_the_cap(tmp_path):
+    """On a GPU (SGD's foreach default) the evaluator replans for the GPU's graph; max_memory_allocated
+    stays under the cap and within 5% of apply's prediction."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cap = _predictions(SPLIT, tmp_path)[1] * 9 // 10  # below the unplanned loop: the plan must recompute
+    cfg, devices, settings = _point(SPLIT, cap, tmp_path)
+    point = plan_point(cfg, devices, settings, on="cuda:0")
+    assert isinstance(point, ApplyPoint) and point.plan.remat
+    result = ApplyEvaluator(steps=2)(Candidate("k", (("workload.batch", SPLIT),), cfg, point.plan))
+    measured, predicted = result["devices"][0]["measured_peak_bytes"], result["apply_predicted_peak_bytes"]
+    assert result["recomputed"] > 0 and predicted <= cap
+    assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted)
+
+
 def test_the_apply_budget_is_the_remat_budget_under_the_capacity():
     devices = [Device("cuda:0", 1000, reserve=100), Device("cuda:1", 2000)]
     assert apply_budget(PlannerSettings(), devices, 5000) == 900

@@ -10,7 +10,8 @@ temporaries), which ``apply`` predicts.  With ``fit: apply``:
   prediction fits), at the point's remat budget when it names bytes or a fraction,
   never above the smallest device's usable capacity (``apply_budget``);
 - the evaluator (``ApplyEvaluator``) trains the model through ``apply`` in a plain
-  loop with the user's optimizer and reports the peak that loop holds.
+  loop with the user's optimizer and reports the peak that loop holds (on a GPU,
+  where other kernels may make another graph, it plans the point there again).
 
 ``apply`` predicts all devices together, so the prediction and the measurement are
 held to the smallest device: exact on one device, conservative on several.  The
@@ -20,14 +21,16 @@ on CUDA, one tensor at a time elsewhere, in the prediction and the measurement a
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mpplan.cluster.records import Candidate
 from mpplan.budget import capacity_fraction
+from mpplan.cluster.evaluator import DeviceOutOfMemory
+from mpplan.cluster.records import Candidate
 from mpplan.config import Config, Device
 from mpplan.errors import ConfigError
 from mpplan.passes.remat.api import resolve_budget
@@ -74,11 +77,14 @@ class ApplyPoint:
     budget_bytes: int
 
 
-def plan_point(config: Config, devices: Sequence[Device], settings: PlannerSettings) -> ApplyPoint | int:
+def plan_point(
+    config: Config, devices: Sequence[Device], settings: PlannerSettings, on: str = "cpu"
+) -> ApplyPoint | int:
     """Plan ``config``'s point so ``apply``'s peak fits; the bytes it misses by when no recompute fits.
 
-    Captures ``model.torch`` on the CPU (the driver needs no GPU) with the module's
-    real calls, so the prediction counts only the recomputes ``apply`` honours.
+    Captures ``model.torch`` on the torch device ``on`` (the driver: the CPU, no GPU
+    needed) with the module's real calls there, so the prediction counts only the
+    recomputes ``apply`` honours.
     """
     import torch
 
@@ -92,9 +98,9 @@ def plan_point(config: Config, devices: Sequence[Device], settings: PlannerSetti
     spec = config.model.torch
     if spec is None:
         raise ConfigError(f"{config.source}: search.fit: apply needs model.torch (a model to train in your loop)")
-    model, inputs = build_torch_model(config, device="cpu")
+    model, inputs = build_torch_model(config, device=on)
     optimizer = None if spec.optimizer == "none" else spec.optimizer
-    program = capture_for(model, inputs, torch.device("cpu"), mode=spec.mode, optimizer=optimizer, loss_fn=None)
+    program = capture_for(model, inputs, torch.device(on), mode=spec.mode, optimizer=optimizer, loss_fn=None)
     path = optimizer_path([d.name for d in devices])
     unplanned = predict_apply(program, optimizer_path=path).peak_bytes
     budget = apply_budget(settings, devices, unplanned)
@@ -134,11 +140,13 @@ class ApplyEvaluator:
         device_map = map_devices([d.name for d in planned.devices])
         first = device_map.torch_device(planned.devices[0].name)
         on_cuda = first.type == "cuda"
-        model, inputs = build_torch_model(config, device="cpu")
-        optimizer = None if spec.optimizer == "none" else spec.optimizer
-        if on_cuda:
+        if on_cuda:  # the driver planned on the CPU: a GPU's kernels may make another graph, planned here again
+            planned = self._replanned(config, planned, str(first))
+            gc.collect()
             torch.cuda.synchronize(first)
             torch.cuda.empty_cache()
+        model, inputs = build_torch_model(config, device="cpu")
+        optimizer = None if spec.optimizer == "none" else spec.optimizer
         wrapped = apply(model, planned, inputs, mode=spec.mode, optimizer=optimizer, devices=device_map.to_dict())
         opt = self._optimizer(wrapped, optimizer, optimizer_path([d.name for d in planned.devices]))
         inputs = [x.to(first) if isinstance(x, torch.Tensor) else x for x in inputs] if on_cuda else inputs
@@ -181,6 +189,16 @@ class ApplyEvaluator:
             "apply_predicted_peak_bytes": predicted,
             "recomputed": 0 if wrapped.hooks is None else wrapped.hooks.recomputed,
         }
+
+    @staticmethod
+    def _replanned(config: Config, planned: Any, device: str) -> Any:
+        """``planned``, or the plan of the graph captured on ``device`` when that graph is another."""
+        from mpplan.config import resolve_devices
+
+        point = plan_point(config, resolve_devices(config), PlannerSettings.from_config(config.planner), on=device)
+        if isinstance(point, int):
+            raise DeviceOutOfMemory(f"{device}: no recompute fits apply's loop in the budget (short by {point} bytes)")
+        return planned if point.graph_hash == planned.graph_hash else point.plan
 
     @staticmethod
     def _optimizer(module: Any, name: str | None, path: str) -> Any:
