@@ -155,3 +155,15 @@ def test_the_apply_budget_is_the_remat_budget_under_the_capacity():
     assert apply_budget(PlannerSettings(remat="budget", remat_budget=0.1), devices, 5000) == 500
     assert apply_budget(PlannerSettings(remat="budget", remat_budget="0.5 capacity"), devices, 5000) == 500
     assert apply_budget(PlannerSettings(remat="sqrt", remat_budget=700), devices, 5000) == 900
+
+
+def test_a_resume_measures_what_a_ranking_run_left_predicted(tmp_path):
+    """A ``fit: apply`` run that only ranked (top_k 0), resumed with top_k 1, plans the stored point for
+    the user's loop again and measures it there: same key, measured under the cap."""
+    cap = (sum(_predictions(SPLIT, tmp_path))) // 2
+    ranked = run_search(parse_config(_raw(cap, "apply", tmp_path, top_k=0), "s.yaml"), progress=False)
+    assert ranked.best is not None and ranked.best.status is Status.PREDICTED_FIT
+    resumed = run_search(parse_config(_raw(cap, "apply", tmp_path), "s.yaml"), progress=False, resume=True)
+    assert resumed.best is not None and resumed.best.key == ranked.best.key
+    assert resumed.best.status is Status.OK and resumed.best.measurement["fit"] == "apply"
+    assert resumed.best.measured_peak_bytes <= cap
