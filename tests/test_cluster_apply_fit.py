@@ -21,7 +21,7 @@ from ray import cloudpickle
 
 from mpplan.capture import graph_from_config
 from mpplan.cluster import Status, run_search
-from mpplan.cluster.apply_fit import ApplyEvaluator, ApplyPoint, apply_budget, plan_point
+from mpplan.cluster.apply_fit import ApplyEvaluator, ApplyMisfit, ApplyPoint, apply_budget, plan_point
 from mpplan.cluster.records import Candidate
 from mpplan.config import Device, parse_config, resolve_devices
 from mpplan.planner import PlannerSettings, plan
@@ -167,3 +167,12 @@ def test_a_resume_measures_what_a_ranking_run_left_predicted(tmp_path):
     assert resumed.best is not None and resumed.best.key == ranked.best.key
     assert resumed.best.status is Status.OK and resumed.best.measurement["fit"] == "apply"
     assert resumed.best.measured_peak_bytes <= cap
+
+
+def test_a_point_no_recompute_fits_is_a_predicted_misfit_with_its_least_peak(tmp_path):
+    """Under the parameters alone no recompute helps: the point is a misfit that says how far it is."""
+    own, _ = _predictions(1, tmp_path)
+    cfg, devices, settings = _point(1, own // 4, tmp_path)
+    point = plan_point(cfg, devices, settings)
+    assert isinstance(point, ApplyMisfit) and point.budget_bytes == own // 4
+    assert point.least_peak_bytes > own // 4

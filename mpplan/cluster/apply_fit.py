@@ -77,10 +77,22 @@ class ApplyPoint:
     budget_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class ApplyMisfit:
+    """A point no recompute fits: ``apply``'s least predicted peak is ``missing_bytes`` above ``budget_bytes``."""
+
+    budget_bytes: int
+    missing_bytes: int
+
+    @property
+    def least_peak_bytes(self) -> int:
+        return self.budget_bytes + self.missing_bytes
+
+
 def plan_point(
     config: Config, devices: Sequence[Device], settings: PlannerSettings, on: str = "cpu"
-) -> ApplyPoint | int:
-    """Plan ``config``'s point so ``apply``'s peak fits; the bytes it misses by when no recompute fits.
+) -> ApplyPoint | ApplyMisfit:
+    """Plan ``config``'s point so ``apply``'s peak fits, or say by how much no recompute fits.
 
     Captures ``model.torch`` on the torch device ``on`` (the driver: the CPU, no GPU
     needed) with the module's real calls there, so the prediction counts only the
@@ -108,7 +120,7 @@ def plan_point(
     try:
         fitted = plan_for_apply(program, devices, settings, budget, calls=calls, optimizer_path=path)
     except InfeasibleError as exc:
-        return max(1, exc.missing_bytes or 1)
+        return ApplyMisfit(budget, max(1, exc.missing_bytes or 1))
     return ApplyPoint(fitted.plan, program.graph.content_hash, fitted.prediction.peak_bytes, budget)
 
 
@@ -196,8 +208,11 @@ class ApplyEvaluator:
         from mpplan.config import resolve_devices
 
         point = plan_point(config, resolve_devices(config), PlannerSettings.from_config(config.planner), on=device)
-        if isinstance(point, int):
-            raise DeviceOutOfMemory(f"{device}: no recompute fits apply's loop in the budget (short by {point} bytes)")
+        if isinstance(point, ApplyMisfit):
+            raise DeviceOutOfMemory(
+                f"{device}: no recompute fits apply's loop in {point.budget_bytes} bytes "
+                f"(the least it reaches is {point.least_peak_bytes})"
+            )
         return planned if point.graph_hash == planned.graph_hash else point.plan
 
     @staticmethod

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpplan.capture import graph_from_config
-from mpplan.cluster.apply_fit import plan_point
+from mpplan.cluster.apply_fit import ApplyMisfit, plan_point
 from mpplan.cluster.records import Candidate, Result, Status, predicted_of
 from mpplan.cluster.space import (
     Overrides,
@@ -102,7 +102,7 @@ class PointPlanner:
     ) -> Outcome:
         """The point planned so ``apply``'s peak fits (a candidate), or its predicted misfit (final)."""
         point = plan_point(config, devices, settings)
-        if isinstance(point, int):
+        if isinstance(point, ApplyMisfit):
             misfit = Result(
                 key,
                 Status.PREDICTED_MISFIT,
@@ -110,7 +110,8 @@ class PointPlanner:
                 settings=settings.to_dict(),
                 workload=dict(config.workload),
                 capacities={d.name: d.usable for d in devices},
-                predicted={"fit": "apply", "misfit_bytes": point},
+                predicted={"fit": "apply", "max_peak_bytes": point.least_peak_bytes,
+                           "misfit_bytes": point.missing_bytes},
             )
             return self._finish(misfit)
         self.plans[key] = point.plan
