@@ -386,6 +386,10 @@ def other_classes(plan: dict) -> Iterator[Case]:
     yield Case("other", "newline-in-key", ("plan", "n.yaml"),
                {"n.yaml": CONFIG + 'planner: {"sched\\nule": dfs}\n'}, "sched")
     yield Case("other", "newline-in-file-name", ("plan", "bad\nname.yaml"), {}, "not found")
+    yield Case("other", "search-fit-value", ("search", "c.yaml"),
+               {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, fit: loop}\n"}, "search.fit")
+    yield Case("other", "search-fit-apply-graph", ("search", "c.yaml"),
+               {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, fit: apply}\n"}, "search.fit")
     yield Case("other", "results-not-json-search", ("search", "c.yaml", "--resume", "--out", "o"),
                {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, top_k: 0}\n",
                 "o/results.jsonl": "nope\n"}, "results.jsonl")

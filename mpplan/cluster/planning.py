@@ -8,11 +8,12 @@ over one model captures it once, a batch sweep once per batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mpplan.capture import graph_from_config
+from mpplan.cluster.apply_fit import ApplyMisfit, plan_point
 from mpplan.cluster.records import Candidate, Result, Status, predicted_of
 from mpplan.cluster.space import (
     Overrides,
@@ -23,7 +24,7 @@ from mpplan.cluster.space import (
     workload_key,
 )
 from mpplan.cluster.store import ResultStore
-from mpplan.config import Config, resolve_devices
+from mpplan.config import Config, Device, resolve_devices
 from mpplan.graph import Graph
 from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, plan
@@ -37,12 +38,15 @@ class PointPlanner:
     """Plans points of one search; final outcomes go to ``record``, fitting plans are kept by key.
 
     ``store`` is read to skip finished points (resume); only ``record`` writes.
+    ``fit`` is ``search.fit``: ``plan`` judges a point by its plan's own peak,
+    ``apply`` by ``apply``'s prediction for the user's loop (``cluster.apply_fit``).
     """
 
     base: dict[str, Any]
     source: str
     store: ResultStore
     record: Callable[[Result], None]
+    fit: str = "plan"
     plans: dict[str, Plan] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
     """Every key this search resolved: the results that belong to the current space."""
@@ -58,7 +62,7 @@ class PointPlanner:
             graph = self._graph(config)
             devices = resolve_devices(config)
             settings = PlannerSettings.from_config(config.planner)
-            key = candidate_key(graph.content_hash, planner_section(config), devices, config.workload)
+            key = candidate_key(graph.content_hash, self._judged(config), devices, config.workload)
         except Exception as exc:  # noqa: BLE001
             return self._finish(Result(invalid_key(overrides), Status.ERROR, dict(overrides), error=_message(exc)))
         self.keys.add(key)
@@ -68,6 +72,8 @@ class PointPlanner:
         try:
             if not devices:
                 raise ValueError("devices: needs at least one device to plan for")
+            if self.fit == "apply":
+                return self._plan_for_apply(key, overrides, config, devices, settings)
             made = plan(graph, devices, settings)
         except Exception as exc:  # noqa: BLE001 - a planner failure on one point must not stop the search
             failed = Result(
@@ -86,10 +92,40 @@ class PointPlanner:
         self.plans[key] = made
         return candidate
 
+    def _judged(self, config: Config) -> dict[str, Any]:
+        """What the key holds of the planner: its section, and the fit when it is not the plan's own."""
+        section = planner_section(config)
+        return section if self.fit == "plan" else {**section, "search_fit": self.fit}
+
+    def _plan_for_apply(
+        self, key: str, overrides: Overrides, config: Config, devices: Sequence[Device], settings: PlannerSettings
+    ) -> Outcome:
+        """The point planned so ``apply``'s peak fits (a candidate), or its predicted misfit (final)."""
+        point = plan_point(config, devices, settings)
+        if isinstance(point, ApplyMisfit):
+            misfit = Result(
+                key,
+                Status.PREDICTED_MISFIT,
+                dict(overrides),
+                settings=settings.to_dict(),
+                workload=dict(config.workload),
+                capacities={d.name: d.usable for d in devices},
+                predicted={"fit": "apply", "max_peak_bytes": point.least_peak_bytes,
+                           "misfit_bytes": point.missing_bytes},
+            )
+            return self._finish(misfit)
+        self.plans[key] = point.plan
+        return Candidate(key, tuple(overrides), config, point.plan, apply_peak_bytes=point.predicted_peak_bytes)
+
     def candidate(self, result: Result) -> Candidate:
         """Plan a stored ``predicted_fit`` result again, to measure it (a resume with a larger ``top_k``)."""
         overrides = tuple(result.overrides.items())
         config = candidate_config(self.base, overrides, self.source)
+        if self.fit == "apply":
+            again = self._plan_for_apply(result.key, overrides, config, resolve_devices(config),
+                                         PlannerSettings.from_config(config.planner))
+            assert isinstance(again, Candidate), "a point predicted to fit fits again: planning is deterministic"
+            return again
         made = self.plans.get(result.key) or plan(
             self._graph(config), resolve_devices(config), PlannerSettings.from_config(config.planner)
         )
@@ -119,6 +155,10 @@ class PointPlanner:
 def result_of(candidate: Candidate, status: Status, **measured: Any) -> Result:
     """The result line of a planned candidate; ``measured`` adds measurement, error, attempts, seconds, worker."""
     plan_ = candidate.plan
+    predicted = predicted_of(plan_)
+    if candidate.apply_peak_bytes is not None:  # search.fit: apply: the search judges by the user's loop
+        predicted.update(fit="apply", plan_max_peak_bytes=plan_.max_peak_bytes,
+                         max_peak_bytes=candidate.apply_peak_bytes, misfit_bytes=0)
     return Result(
         key=candidate.key,
         status=status,
@@ -127,7 +167,7 @@ def result_of(candidate: Candidate, status: Status, **measured: Any) -> Result:
         settings=dict(plan_.settings),
         workload=dict(candidate.config.workload),
         capacities={d.name: d.capacity_bytes for d in plan_.devices},
-        predicted=predicted_of(plan_),
+        predicted=predicted,
         **measured,
     )
 

@@ -48,12 +48,15 @@ class Candidate:
 
     ``config`` is the run config with ``overrides`` applied; ``plan`` is the
     driver's plan for it; ``key`` identifies it across runs (see ``space.candidate_key``).
+    ``apply_peak_bytes`` is ``apply``'s predicted peak in the user's loop when the
+    search judges fit by it (``search.fit: apply``), else None.
     """
 
     key: str
     overrides: tuple[tuple[str, Any], ...]
     config: Config
     plan: Plan
+    apply_peak_bytes: int | None = None
 
     @property
     def workload(self) -> dict[str, int]:

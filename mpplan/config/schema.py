@@ -191,9 +191,16 @@ class SearchSection:
     objective: Literal["min_peak", "min_time_that_fits", "max_batch"] = _doc(
         "min_peak: lowest measured peak; min_time_that_fits: fastest step that fits; "
         "max_batch: largest value of batch_key that fits, bisected on measured fit (a batch size, or "
-        "planner.remat.budget: the least recompute that fits); fit is the plan's own peak, run by mpplan's "
-        "executor: for your own loop under mpplan.apply, mpplan.runtime.apply_budget.max_batch",
+        "planner.remat.budget: the least recompute that fits); search.fit says whose peak must fit: the plan's "
+        "own under mpplan's executor, or your own loop's under mpplan.apply",
         default="min_peak",
+    )
+    fit: Literal["plan", "apply"] = _doc(
+        "what a candidate must fit its devices with: plan: the plan's own peak under mpplan's executor; "
+        "apply: the peak of your own training loop under mpplan.apply (planned with "
+        "mpplan.runtime.apply_budget.plan_for_apply at the remat budget or the device's capacity, measured by "
+        "training through apply with torch.optim); needs model.torch",
+        default="plan",
     )
     batch_key: str = _doc(
         "max_batch: the workload key to maximise (or a dotted config key); its space axis is bisected",
