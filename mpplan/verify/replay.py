@@ -204,9 +204,11 @@ def _numbering(
         index = {name: i for i, name in enumerate(names[: len(graph.tensors)])}
     index.update((name, i) for i, name in enumerate(names[len(graph.tensors) :], len(graph.tensors)))
     ops = graph.ops
-    if topology is not None and _listed(ops, "inputs") == _listed(topology.op_inputs) and _listed(
-        ops, "outputs"
-    ) == _listed(topology.op_outputs):
+    if (
+        topology is not None
+        and _listed(ops, "inputs") == _listed(topology.op_inputs)
+        and _listed(ops, "outputs") == _listed(topology.op_outputs)
+    ):
         return names, index, dict(zip(map(attrgetter("name"), ops), zip(topology.op_inputs, topology.op_outputs)))
     number = index.__getitem__
     return names, index, {o.name: (tuple(map(number, o.inputs)), tuple(map(number, o.outputs))) for o in ops}
