@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Callable, TypeVar
 
 import yaml
@@ -44,6 +45,9 @@ T = TypeVar("T")
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the same rules, faster
 _MERGE = "tag:yaml.org,2002:merge"
+_BRACKETS = bytes.maketrans(b"{}", b"[]")  # only the nesting matters, not which kind of container nests
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')  # what the depth scan deletes
+_STRING = re.compile(rb'"[^"]*"')
 
 
 class DocumentError(ValueError):
@@ -102,7 +106,7 @@ def load_json(text: str) -> Any:
         raise DocumentError(f"nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # a duplicate key (below), or an integer past Python's digit limit
         raise DocumentError(f"invalid JSON: {_value_problem(exc)}") from None
-    _check_depth(data)
+    _check_depth(text)
     return data
 
 
@@ -150,21 +154,30 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def _check_depth(data: Any) -> None:
-    """Refuse JSON nested deeper than ``MAX_DEPTH`` (iteratively: the check itself must not recurse).
+def _check_depth(text: str) -> None:
+    """Refuse valid JSON ``text`` nested deeper than ``MAX_DEPTH``, scanning its bytes at C speed.
 
-    It walks one level at a time, keeping only the containers, so the per-value work stays in comprehensions.
+    Walking the parsed values cost a Python step per value (0.3 s for a 100k-op graph file); the
+    text says the same thing. The scan keeps only brackets and quotes (escaped quotes and
+    backslashes removed first, so every quote left opens or closes a string), drops the strings
+    with whatever brackets they hold, and is left with the containers' brackets. Each
+    ``replace("[]", "")`` then removes exactly the innermost containers, one level a round, so
+    the text is nested deeper than the limit when ``MAX_DEPTH`` rounds do not empty it.
     """
-    level = [data] if isinstance(data, (dict, list)) else []
-    depth = 1  # the root container is level 1, as YAML's first start event
-    while level:
-        if depth > MAX_DEPTH:
-            raise DocumentError(f"nested deeper than {MAX_DEPTH} levels")
-        children: list[Any] = []
-        for value in level:
-            children.extend(value.values() if isinstance(value, dict) else value)
-        level = [child for child in children if isinstance(child, (dict, list))]
-        depth += 1
+    data = text.encode("utf-8", "surrogatepass")
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")  # left to right, as JSON pairs escapes
+    # two adjacent quotes are an empty string, or one string's end and the next one's start: dropping either
+    # keeps the strings paired, and leaves only the (rare) strings that hold a bracket for the regex
+    data = data.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in data:
+        data = _STRING.sub(b"", data)
+    for _ in range(MAX_DEPTH):
+        if not data:
+            return
+        data = data.replace(b"[]", b"")
+    if data:
+        raise DocumentError(f"nested deeper than {MAX_DEPTH} levels")
 
 
 def _check_events(text: str) -> None:

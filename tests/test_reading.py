@@ -53,6 +53,44 @@ def test_nesting_is_refused_exactly_past_the_limit(depth, mapping):
                 load(text)
 
 
+def _depth(value) -> int:
+    """The oracle: how many containers deep ``value`` nests (the root container is level 1)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+tricky_text = st.text(alphabet='[]{}"\\ax\u00e9\n', max_size=6)  # brackets, quotes and escapes inside strings
+tricky = st.recursive(
+    st.integers() | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(tricky_text, inner, max_size=3),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tricky, st.integers(0, MAX_DEPTH), st.booleans())
+def test_json_depth_is_counted_on_containers_never_on_brackets_inside_strings(doc, extra, ensure_ascii):
+    wrapped = doc
+    for _ in range(extra):
+        wrapped = [wrapped, "]]}"]
+    text = json.dumps(wrapped, ensure_ascii=ensure_ascii)
+    if _depth(wrapped) <= MAX_DEPTH:
+        assert load_json(text) == wrapped
+    else:
+        with pytest.raises(DocumentError, match="nested deeper"):
+            load_json(text)
+
+
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_json_far_too_deep_gives_the_one_line_error_not_a_recursion_error(depth):
+    for text in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
+        with pytest.raises(DocumentError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            load_json(text)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(2, 12), st.integers(1, 9))
 def test_aliases_are_counted_never_expanded_and_refused_exactly_past_the_limit(width, levels):

@@ -13,9 +13,11 @@ constant work per tensor reference, so verification grows linearly with the plan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
 
 from mpplan.errors import VerificationError
-from mpplan.graph import Graph, Op
+from mpplan.graph import Graph
 from mpplan.plan import Copy, Plan
 
 
@@ -44,27 +46,46 @@ def replay(
     *,
     dependencies: bool = False,
 ) -> Replay:
-    """Replay ``plan.schedule``; raise ``VerificationError`` on the first read of a missing or stale value."""
-    ops = {o.name: o for o in graph.ops}
-    alias_of = {t.name: t.alias_of for t in graph.tensors}
-    written = {root[t] for o in graph.ops for t in o.outputs if t in o.inputs}
-    expected = _expected_versions(graph, root, written)
-    produced = {t for o in graph.ops for t in o.outputs if t not in o.inputs}
-    exists = {name for name in root if name not in produced and name not in copies}
-    version: dict[str, int] = {}
-    arrived: dict[tuple[str, str], tuple[str, int]] = {}  # (tensor, device) -> (copy name, version copied)
-    of_copy: dict[str, tuple[str, int]] = {}  # view made from a copy -> (copy name, version copied)
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    home: dict[str, str] = {}
+    """Replay ``plan.schedule``; raise ``VerificationError`` on the first read of a missing or stale value.
+
+    The sweep indexes lists by tensor and copy numbers (see ``_numbering``) rather than hashing
+    names per reference; names come back only for messages and the result.
+    """
+    names, index, io = _numbering(graph, copies)
+    root_of = [index[root[name]] for name in names]
+    alias_of = [index[t.alias_of] if t.alias_of in index else -1 for t in graph.tensors]
+    written = bytearray(len(names))  # storages updated in place somewhere
+    exists = bytearray(b"\x01") * len(names)
+    for ins, outs in io.values():
+        for t in outs:
+            if t in ins:
+                written[root_of[t]] = 1
+            else:
+                exists[t] = 0
+    for name in copies:
+        exists[index[name]] = 0
+    expected = _expected_versions(io, root_of, written)
+    version = [0] * len(names)
+    arrived: dict[tuple[int, str], tuple[int, int]] = {}  # (tensor, device) -> (copy, version copied)
+    of_copy: dict[int, tuple[int, int]] = {}  # view made from a copy -> (copy, version copied)
+    is_copy = bytearray(len(names))
+    for name in copies:
+        is_copy[index[name]] = 1
+    first = [-1] * len(names)
+    last = [-1] * len(names)
+    home: list[str | None] = [None] * len(names)
+    order: list[int] = []  # storages in the order first touched: the result's dicts keep it
     deps = _Dependencies() if dependencies else None
 
-    def touch(storage: str, step: int, device: str) -> None:
-        where = home.get(storage)
+    def touch(storage: int, step: int, device: str) -> None:
+        where = home[storage]
         if where is None:
             home[storage], first[storage] = device, step
+            order.append(storage)
         elif where != device:
-            _fail(f"tensor {storage!r} is used on devices {' and '.join(sorted((where, device)))} without a copy")
+            _fail(
+                f"tensor {names[storage]!r} is used on devices {' and '.join(sorted((where, device)))} without a copy"
+            )
         last[storage] = step
 
     for step, name in enumerate(plan.schedule):
@@ -72,101 +93,149 @@ def replay(
         step_deps: dict[int, None] = {}
         copy = copies.get(name)
         if copy is not None:
-            if copy.tensor not in exists:
+            t = index[copy.tensor]
+            if not exists[t]:
                 _fail(f"schedule step {step}: copy {name!r} reads tensor {copy.tensor!r} before it is produced")
-            source = of_copy[copy.tensor][0] if copy.tensor in of_copy else root[copy.tensor]
+            source = of_copy[t][0] if t in of_copy else root_of[t]
+            me = index[name]
             touch(source, step, copy.src)
-            touch(name, step, device)
-            seen = of_copy[copy.tensor][1] if copy.tensor in of_copy else version.get(root[copy.tensor], 0)
-            arrived[(copy.tensor, copy.dst)] = (name, seen)
-            exists.add(name)
+            touch(me, step, device)
+            seen = of_copy[t][1] if t in of_copy else version[root_of[t]]
+            arrived[(t, copy.dst)] = (me, seen)
+            exists[me] = 1
             if deps is not None:
-                deps.read(source, copy.tensor, step, step_deps)
+                deps.read(names[source], copy.tensor, step, step_deps)
                 deps.create(name, name, step)
-                deps.users(step, source, name)
+                deps.users(step, names[source], name)
                 deps.preds.append(list(step_deps))
             continue
-        op = ops[name]
-        read_copy: dict[str, tuple[str, int]] = {}  # input -> (copy read in its place, version)
+        ins, outs = io[name]
+        read_copy: dict[int, tuple[int, int]] = {}  # input -> (copy read in its place, version)
         touched: list[str] = []
-        for t in op.inputs:
-            if t not in exists:
-                _fail(f"schedule step {step}: op {name!r} reads tensor {t!r} before it is produced")
-            storage = root[t]
-            if storage in written:  # ``expected`` has entries for these storages only
-                seen, want = version.get(storage, 0), expected.get((name, t), 0)
+        for t in ins:
+            if not exists[t]:
+                _fail(f"schedule step {step}: op {name!r} reads tensor {names[t]!r} before it is produced")
+            storage = root_of[t]
+            if written[storage]:  # ``expected`` has entries for these storages only
+                seen, want = version[storage], expected.get((name, t), 0)
             else:
                 seen = want = 0
-            if t in of_copy:
+            if of_copy and t in of_copy:
                 storage, seen = of_copy[t]
-            elif arrived and (t, device) in arrived and t not in op.outputs:
+            elif arrived and (t, device) in arrived and t not in outs:
                 storage, seen = arrived[(t, device)]
             if seen != want:
-                what = f"its copy {storage!r}" if storage in copies else f"tensor {t!r}"
+                what = f"its copy {names[storage]!r}" if is_copy[storage] else f"tensor {names[t]!r}"
                 _fail(
                     f"schedule step {step}: op {name!r} reads {what} at version {seen}, the graph's order has it "
                     f"read version {want} (an in-place write moved)"
                 )
-            where = home.get(storage)
+            where = home[storage]
             if where == device:  # the common cases, without a call
                 last[storage] = step
             elif where is None:
                 home[storage], first[storage], last[storage] = device, step, step
+                order.append(storage)
             else:
                 touch(storage, step, device)
-            if copies and storage in copies:
+            if is_copy[storage]:
                 read_copy[t] = (storage, seen)
             if deps is not None:
-                touched.append(storage)
-                deps.read(storage, t, step, step_deps)
-        for t in op.outputs:
-            if t in op.inputs:
-                if t in of_copy:
-                    _fail(f"schedule step {step}: op {name!r} writes {t!r}, a view of copy {of_copy[t][0]!r}, in place")
-                version[root[t]] = version.get(root[t], 0) + 1
-                storage = root[t]
+                touched.append(names[storage])
+                deps.read(names[storage], names[t], step, step_deps)
+        for t in outs:
+            if t in ins:
+                if of_copy and t in of_copy:
+                    _fail(
+                        f"schedule step {step}: op {name!r} writes {names[t]!r}, a view of copy "
+                        f"{names[of_copy[t][0]]!r}, in place"
+                    )
+                storage = root_of[t]
+                version[storage] += 1
                 if deps is not None:
-                    deps.write(storage, step, step_deps)
+                    deps.write(names[storage], step, step_deps)
             else:
-                exists.add(t)
-                base = alias_of[t]
-                if base in read_copy:
-                    of_copy[t] = read_copy[base]
-                storage = of_copy[t][0] if t in of_copy else root[t]
+                exists[t] = 1
+                if read_copy and alias_of[t] in read_copy:
+                    of_copy[t] = read_copy[alias_of[t]]
+                storage = of_copy[t][0] if of_copy and t in of_copy else root_of[t]
                 if deps is not None:
-                    deps.create(storage if storage == t else None, t, step)
-            where = home.get(storage)
+                    deps.create(names[storage] if storage == t else None, names[t], step)
+            where = home[storage]
             if where == device:
                 last[storage] = step
             elif where is None:
                 home[storage], first[storage], last[storage] = device, step, step
+                order.append(storage)
             else:
                 touch(storage, step, device)
             if deps is not None:
-                touched.append(storage)
+                touched.append(names[storage])
         if deps is not None:
             deps.users(step, *touched)
             deps.preds.append(list(step_deps))
     empty: _Dependencies = deps or _Dependencies()
-    return Replay(first, last, home, empty.used, empty.preds)
+    return Replay(
+        {names[s]: first[s] for s in order},
+        {names[s]: last[s] for s in order},
+        {names[s]: home[s] for s in order},  # type: ignore[misc]  # every storage in ``order`` has a home
+        empty.used,
+        empty.preds,
+    )
 
 
-def _expected_versions(graph: Graph, root: dict[str, str], written: set[str]) -> dict[tuple[str, str], int]:
-    """(op, input) -> the version of the input's storage that op reads in the graph's own order.
+def _numbering(
+    graph: Graph, copies: dict[str, Copy]
+) -> tuple[list[str], dict[str, int], dict[str, tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """Tensor and copy names by number (the graph's tensors, then the copies), and each op's inputs and
+    outputs by number, as the op lists them (a name listed twice stays twice).
+
+    A validated graph has numbered its tensors and ops once already (``graph.topology``, built by
+    the graph itself, not by any planner); those numbers are reused unless some op lists a tensor
+    twice, which the topology lists once. Otherwise (a graph rewritten with recomputes, not yet
+    validated) the same numbers are built here.
+    """
+    names = [t.name for t in graph.tensors]
+    names += copies
+    topology = vars(graph).get("topology")  # only when already built: building it here would validate
+    if topology is not None:
+        index = dict(topology.tensor_index)
+    else:
+        index = {name: i for i, name in enumerate(names[: len(graph.tensors)])}
+    index.update((name, i) for i, name in enumerate(names[len(graph.tensors) :], len(graph.tensors)))
+    ops = graph.ops
+    if (
+        topology is not None
+        and _listed(ops, "inputs") == _listed(topology.op_inputs)
+        and _listed(ops, "outputs") == _listed(topology.op_outputs)
+    ):
+        return names, index, dict(zip(map(attrgetter("name"), ops), zip(topology.op_inputs, topology.op_outputs)))
+    number = index.__getitem__
+    return names, index, {o.name: (tuple(map(number, o.inputs)), tuple(map(number, o.outputs))) for o in ops}
+
+
+def _listed(rows: Any, field: str | None = None) -> int:
+    """How many names ``rows`` (ops, by ``field``, or tuples of numbers) list in all."""
+    return sum(map(len, map(attrgetter(field), rows) if field else rows))
+
+
+def _expected_versions(
+    io: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], root_of: list[int], written: bytearray
+) -> dict[tuple[str, int], int]:
+    """(op, input) -> the version of the input's storage that op reads in the graph's own order (``io``'s).
 
     Only storages in ``written`` (updated in place somewhere) get entries: the others are
     always read at version 0.
     """
-    expected: dict[tuple[str, str], int] = {}
-    version: dict[str, int] = {}
-    op: Op
-    for op in graph.ops:
-        for t in op.inputs:
-            if root[t] in written:
-                expected[(op.name, t)] = version.get(root[t], 0)
-        for t in op.outputs:
-            if t in op.inputs:
-                version[root[t]] = version.get(root[t], 0) + 1
+    expected: dict[tuple[str, int], int] = {}
+    version = [0] * len(root_of)
+    for name, (ins, outs) in io.items():
+        for t in ins:
+            if written[root_of[t]]:
+                expected[(name, t)] = version[root_of[t]]
+        for t in outs:
+            if t in ins:
+                version[root_of[t]] += 1
     return expected
 
 
