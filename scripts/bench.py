@@ -1,15 +1,21 @@
 """The benchmark suite: regenerate the whole of docs/benchmarks.md in one run.
 
-Rerun: ``python scripts/bench.py`` (the full suite, about half an hour on a 2-core CPU)
-or ``python scripts/bench.py --quick`` (a few minutes).  Each section is also a script of
-its own (``scripts/bench_<section>.py [--quick]``) that rewrites only its section:
+Rerun: ``python scripts/bench.py`` (the full suite: hours on a 2-core CPU), ``--quick``
+(smaller sizes), or ``--only NAME ...``.  Each section is also a script of its own
+(``scripts/bench_<section>.py``) that rewrites only its section:
 
 1. ``peak``: eager PyTorch, memonger-style sharing, greedy by size and mpplan auto;
 2. ``placement``: accelerate's ``infer_auto_device_map`` against mpplan's placement;
 3. ``planner``: schedules, assigners and planning time against graph size (1k..100k ops);
 4. ``search``: speed-up of the measured phase with 1 and 2 Ray evaluator actors;
 5. ``remat``: memory against overhead on the Checkmate graphs, and executed remat plans;
-6. ``verify``: seconds to verify a plan against graph size (1k..100k ops).
+6. ``cli``: ``mpplan plan`` of a 100k-op graph file end to end, stage by stage;
+7. ``verify``: seconds to verify a plan against graph size (1k..100k ops);
+8. ``remat_peers``: ``mpplan.apply`` against HF gradient checkpointing and torch.compile
+   (the compile rows only from ``bench_remat_peers.py --compile``: minutes of compilation);
+9. ``remat_device``: remat against Moccasin's and Checkmate's tables, fixed order and mpplan's own
+   (the scaling run to 15k ops with ``--quick``, 100k without);
+10. ``gpu``: plans executed, predicted against measured and eager (a virtual device without CUDA).
 
 A section that fails is written as its error and the suite goes on (exit status 1).
 """
@@ -21,12 +27,17 @@ import datetime
 import traceback
 from typing import Callable
 
+import bench_cli
+import bench_gpu
 import bench_peak
 import bench_placement
 import bench_planner
 import bench_remat
+import bench_remat_device
+import bench_remat_peers
 import bench_search
 import bench_verify
+import torch
 from benchlib import BENCHMARKS, REPO, commit, load_average, log, machine, timer, versions, write_layout, write_section
 
 SECTIONS: dict[str, Callable[[bool], str]] = {
@@ -35,7 +46,11 @@ SECTIONS: dict[str, Callable[[bool], str]] = {
     "planner": bench_planner.section,
     "search": bench_search.section,
     "remat": bench_remat.section,
+    "cli": bench_cli.section,
     "verify": bench_verify.section,
+    "remat_peers": lambda quick: bench_remat_peers.build(quick, None, torch.device("cpu"), (2, 256)),
+    "remat_device": lambda quick: bench_remat_device.section(quick, 15_000 if quick else 100_000),
+    "gpu": bench_gpu.build,
 }
 
 
@@ -74,12 +89,13 @@ def run_section(name: str, quick: bool) -> tuple[float, bool]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
     args = parser.parse_args()
     write_layout(["machine", *SECTIONS])
     start_load = load_average()
     seconds, failed = {}, []
-    for name in SECTIONS:
+    for name in args.only or SECTIONS:
         seconds[name], ok = run_section(name, args.quick)
         if not ok:
             failed.append(name)
