@@ -148,9 +148,10 @@ class ApplyEvaluator:
     The optimizer is ``torch.optim``'s own for ``model.torch.optimizer`` on the path
     ``optimizer_path`` names.  On CUDA the peak is ``max_memory_allocated`` over the
     steps after the first (Adam makes its state in the first); on virtual devices it
-    is the storage meter's over the same steps.  With ``search.step_in_backward`` the
-    optimizer steps inside backward (``PlannedModule.step_in_backward``), as predicted.  The whole loop's peak is reported
-    against the plan's first device (``apply`` predicts all devices together).
+    is the storage meter's over the same steps.  With ``step_in_backward`` the
+    optimizer steps inside backward (``PlannedModule.step_in_backward``), as predicted.
+    The whole loop's peak is reported against the plan's first device (``apply``
+    predicts all devices together: its prediction has no per-device peaks).
     """
 
     steps: int = 3
