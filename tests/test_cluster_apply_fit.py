@@ -177,18 +177,20 @@ def test_step_in_backward_fits_a_larger_batch_and_the_loop_measures_it_under_the
 
 
 @pytest.mark.cuda
-def test_on_cuda_the_loop_holds_the_prediction_under_the_cap(tmp_path):
+@pytest.mark.parametrize("step_in_backward", [False, True])
+def test_on_cuda_the_loop_holds_the_prediction_under_the_cap(tmp_path, step_in_backward):
     """On a GPU (SGD's foreach default) the evaluator replans for the GPU's graph; max_memory_allocated
-    stays under the cap and within 5% of apply's prediction."""
+    stays under the cap and within 5% of apply's prediction, with the step at the end or inside backward."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cap = _predictions(SPLIT, tmp_path)[1] * 9 // 10  # below the unplanned loop: the plan must recompute
-    cfg, devices, settings = _point(SPLIT, cap, tmp_path)
-    point = plan_point(cfg, devices, settings, on="cuda:0")
+    cfg, devices, settings = _point(SPLIT, cap, tmp_path, step_in_backward)
+    point = plan_point(cfg, devices, settings, on="cuda:0", step_in_backward=step_in_backward)
     assert isinstance(point, ApplyPoint) and point.plan.remat
-    result = ApplyEvaluator(steps=2)(Candidate("k", (("workload.batch", SPLIT),), cfg, point.plan))
+    evaluate = ApplyEvaluator(steps=2, step_in_backward=step_in_backward)
+    result = evaluate(Candidate("k", (("workload.batch", SPLIT),), cfg, point.plan))
     measured, predicted = result["devices"][0]["measured_peak_bytes"], result["apply_predicted_peak_bytes"]
     assert result["recomputed"] > 0 and predicted <= cap
     assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted)
