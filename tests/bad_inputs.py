@@ -390,6 +390,12 @@ def other_classes(plan: dict) -> Iterator[Case]:
                {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, fit: loop}\n"}, "search.fit")
     yield Case("other", "search-fit-apply-graph", ("search", "c.yaml"),
                {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, fit: apply}\n"}, "search.fit")
+    yield Case("other", "search-step-in-backward-value", ("search", "c.yaml"),
+               {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, step_in_backward: maybe}\n"},
+               "search.step_in_backward")
+    yield Case("other", "search-step-in-backward-fit-plan", ("search", "c.yaml"),
+               {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, step_in_backward: true}\n"},
+               "search.step_in_backward")
     yield Case("other", "results-not-json-search", ("search", "c.yaml", "--resume", "--out", "o"),
                {"c.yaml": CONFIG + "search: {space: {planner.schedule: [dfs]}, top_k: 0}\n",
                 "o/results.jsonl": "nope\n"}, "results.jsonl")

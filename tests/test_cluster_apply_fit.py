@@ -52,19 +52,21 @@ def ray_local():
     ray.shutdown()
 
 
-def _raw(capacity: int, fit: str, tmp_path: Path, top_k: int = 1) -> dict:
+def _raw(capacity: int, fit: str, tmp_path: Path, top_k: int = 1, step_in_backward: bool = False) -> dict:
     return {
         "model": MODEL,
         "workload": {"batch": 1},
         "devices": [{"name": "cuda:0", "capacity": capacity}],
         "search": {"space": {"workload.batch": BATCHES}, "objective": "max_batch", "top_k": top_k, "actors": 1,
-                   "fit": fit, "timeout_s": 300, "measure": {"steps": 2, "warmup": 0}},
-        "output": {"dir": str(tmp_path / fit)},
+                   "fit": fit, "timeout_s": 300, "measure": {"steps": 2, "warmup": 0},
+                   "step_in_backward": step_in_backward},
+        "output": {"dir": str(tmp_path / f"{fit}-{step_in_backward}")},
     }
 
 
-def _point(batch: int, capacity: int, tmp_path: Path):
-    cfg = parse_config({**_raw(capacity, "plan", tmp_path), "workload": {"batch": batch}}, "p.yaml")
+def _point(batch: int, capacity: int, tmp_path: Path, step_in_backward: bool = False):
+    raw = _raw(capacity, "apply" if step_in_backward else "plan", tmp_path, step_in_backward=step_in_backward)
+    cfg = parse_config({**raw, "workload": {"batch": batch}}, "p.yaml")
     return cfg, resolve_devices(cfg), PlannerSettings.from_config(cfg.planner)
 
 
@@ -129,19 +131,66 @@ def test_fit_apply_picks_the_batch_that_fits_the_users_loop(tmp_path):
     assert overrun > cap
 
 
+def _least_peak(batch: int, tmp_path: Path, step_in_backward: bool) -> int:
+    """``apply``'s least predicted peak at ``batch``, any recompute: the floor no remat goes under."""
+    point = plan_point(*_point(batch, 1000, tmp_path, step_in_backward), step_in_backward=step_in_backward)
+    assert isinstance(point, ApplyMisfit)
+    return point.least_peak_bytes
+
+
+def test_step_in_backward_fits_a_larger_batch_and_the_loop_measures_it_under_the_cap(tmp_path):
+    """The step in backward frees each gradient once its parameter is updated, so the floor that gradients set
+    (which no recompute lowers) falls: with a cap between the two floors at one batch, the search with
+    ``search.step_in_backward`` picks a larger batch than without, and that batch, trained through ``apply``
+    with SGD stepping inside backward, measures under the cap and as predicted."""
+    plain_floor, stepped_floor = (_least_peak(SPLIT, tmp_path, sib) for sib in (False, True))
+    assert stepped_floor < plain_floor
+    cap = (plain_floor + stepped_floor) // 2
+
+    fits: dict[bool, list[int]] = {}
+    for sib in (False, True):  # the oracle, point by point
+        points = {b: plan_point(*_point(b, cap, tmp_path, sib), step_in_backward=sib) for b in BATCHES}
+        fits[sib] = [b for b, point in points.items() if isinstance(point, ApplyPoint)]
+    assert max(fits[True]) > max(fits[False])
+
+    plain = run_search(parse_config(_raw(cap, "apply", tmp_path, top_k=0), "s.yaml"), progress=False)
+    stepped = run_search(parse_config(_raw(cap, "apply", tmp_path, step_in_backward=True), "s.yaml"),
+                         progress=False)
+    assert plain.best is not None and stepped.best is not None
+    assert plain.best.overrides["workload.batch"] == max(fits[False])
+    assert stepped.best.overrides["workload.batch"] == max(fits[True])
+    assert plain.best.key != stepped.best.key or max(fits[True]) != max(fits[False])
+
+    best = stepped.best
+    assert best.status is Status.OK and best.measurement["fit"] == "apply"
+    assert best.predicted["max_peak_bytes"] <= cap and best.measured_peak_bytes <= cap
+    assert abs(best.measured_peak_bytes - best.predicted["max_peak_bytes"]) <= 0.01 * cap
+
+    # the same plan in a loop that steps at the end holds every gradient at once: over the cap
+    chosen = plan_point(*_point(best.overrides["workload.batch"], cap, tmp_path, True), step_in_backward=True)
+    assert isinstance(chosen, ApplyPoint)
+    at_end = _measure_in_loop(best.overrides["workload.batch"], cap, tmp_path, chosen.plan)
+    print(f"\ncap {cap} (floors at batch {SPLIT}: {plain_floor} stepping at the end, {stepped_floor} in backward); "
+          f"batch {max(fits[False])} -> {max(fits[True])}; {best.measured_peak_bytes} measured in backward, "
+          f"{at_end} at the end")
+    assert at_end > cap
+
+
 @pytest.mark.cuda
-def test_on_cuda_the_loop_holds_the_prediction_under_the_cap(tmp_path):
+@pytest.mark.parametrize("step_in_backward", [False, True])
+def test_on_cuda_the_loop_holds_the_prediction_under_the_cap(tmp_path, step_in_backward):
     """On a GPU (SGD's foreach default) the evaluator replans for the GPU's graph; max_memory_allocated
-    stays under the cap and within 5% of apply's prediction."""
+    stays under the cap and within 5% of apply's prediction, with the step at the end or inside backward."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cap = _predictions(SPLIT, tmp_path)[1] * 9 // 10  # below the unplanned loop: the plan must recompute
-    cfg, devices, settings = _point(SPLIT, cap, tmp_path)
-    point = plan_point(cfg, devices, settings, on="cuda:0")
+    cfg, devices, settings = _point(SPLIT, cap, tmp_path, step_in_backward)
+    point = plan_point(cfg, devices, settings, on="cuda:0", step_in_backward=step_in_backward)
     assert isinstance(point, ApplyPoint) and point.plan.remat
-    result = ApplyEvaluator(steps=2)(Candidate("k", (("workload.batch", SPLIT),), cfg, point.plan))
+    evaluate = ApplyEvaluator(steps=2, step_in_backward=step_in_backward)
+    result = evaluate(Candidate("k", (("workload.batch", SPLIT),), cfg, point.plan))
     measured, predicted = result["devices"][0]["measured_peak_bytes"], result["apply_predicted_peak_bytes"]
     assert result["recomputed"] > 0 and predicted <= cap
     assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted)

@@ -11,7 +11,10 @@ temporaries), which ``apply`` predicts.  With ``fit: apply``:
   never above the smallest device's usable capacity (``apply_budget``);
 - the evaluator (``ApplyEvaluator``) trains the model through ``apply`` in a plain
   loop with the user's optimizer and reports the peak that loop holds (on a GPU,
-  where other kernels may make another graph, it plans the point there again).
+  where other kernels may make another graph, it plans the point there again);
+- with ``search.step_in_backward: true`` both model and run the loop with the
+  optimizer stepping per parameter inside backward (``mpplan.runtime.apply_step``),
+  which frees each gradient as soon as its parameter is updated.
 
 ``apply`` predicts all devices together, so the prediction and the measurement are
 held to the smallest device: exact on one device, conservative on several.  The
@@ -38,6 +41,16 @@ from mpplan.planner import PlannerSettings
 
 #: Learning rates of the loop's optimizers (their values do not change the memory).
 _LEARNING_RATE = {"adam": 1e-3, "sgd": 1e-2}
+
+
+def stepped_in_backward(config: Config, asked: bool) -> bool:
+    """Whether the loop steps its optimizer per parameter inside backward: ``asked`` (``search.step_in_backward``)
+    and a training loop with an optimizer, the only kind with a step to move.
+
+    The prediction and the measurement both decide it here, so they model the same loop.
+    """
+    spec = config.model.torch
+    return asked and spec is not None and spec.mode == "train" and spec.optimizer != "none"
 
 
 def optimizer_path(names: Sequence[str]) -> str:
@@ -90,13 +103,15 @@ class ApplyMisfit:
 
 
 def plan_point(
-    config: Config, devices: Sequence[Device], settings: PlannerSettings, on: str = "cpu"
+    config: Config, devices: Sequence[Device], settings: PlannerSettings, on: str = "cpu",
+    step_in_backward: bool = False,
 ) -> ApplyPoint | ApplyMisfit:
     """Plan ``config``'s point so ``apply``'s peak fits, or say by how much no recompute fits.
 
     Captures ``model.torch`` on the torch device ``on`` (the driver: the CPU, no GPU
     needed) with the module's real calls there, so the prediction counts only the
-    recomputes ``apply`` honours.
+    recomputes ``apply`` honours.  ``step_in_backward``: the loop steps its optimizer
+    per parameter inside backward (``search.step_in_backward``).
     """
     import torch
 
@@ -114,11 +129,13 @@ def plan_point(
     optimizer = None if spec.optimizer == "none" else spec.optimizer
     program = capture_for(model, inputs, torch.device(on), mode=spec.mode, optimizer=optimizer, loss_fn=None)
     path = optimizer_path([d.name for d in devices])
-    unplanned = predict_apply(program, optimizer_path=path).peak_bytes
+    in_backward = stepped_in_backward(config, step_in_backward)
+    unplanned = predict_apply(program, optimizer_path=path, step_in_backward=in_backward).peak_bytes
     budget = apply_budget(settings, devices, unplanned)
     calls = module_calls(model, inputs) if spec.mode == "train" else None
     try:
-        fitted = plan_for_apply(program, devices, settings, budget, calls=calls, optimizer_path=path)
+        fitted = plan_for_apply(program, devices, settings, budget, calls=calls, optimizer_path=path,
+                                step_in_backward=in_backward)
     except InfeasibleError as exc:
         return ApplyMisfit(budget, max(1, exc.missing_bytes or 1))
     return ApplyPoint(fitted.plan, program.graph.content_hash, fitted.prediction.peak_bytes, budget)
@@ -131,11 +148,15 @@ class ApplyEvaluator:
     The optimizer is ``torch.optim``'s own for ``model.torch.optimizer`` on the path
     ``optimizer_path`` names.  On CUDA the peak is ``max_memory_allocated`` over the
     steps after the first (Adam makes its state in the first); on virtual devices it
-    is the storage meter's over the same steps.  The whole loop's peak is reported
-    against the plan's first device (``apply`` predicts all devices together).
+    is the storage meter's over the same steps.  With ``step_in_backward`` the
+    optimizer steps inside backward (``PlannedModule.step_in_backward``), as predicted.
+    The whole loop's peak is reported against the plan's first device (``apply``
+    predicts all devices together: its prediction has no per-device peaks).
     """
 
     steps: int = 3
+    step_in_backward: bool = False
+    """``search.step_in_backward``: the optimizer steps per parameter inside backward."""
 
     def __call__(self, candidate: Candidate) -> dict[str, Any]:
         import torch
@@ -153,7 +174,7 @@ class ApplyEvaluator:
         first = device_map.torch_device(planned.devices[0].name)
         on_cuda = first.type == "cuda"
         if on_cuda:  # the driver planned on the CPU: a GPU's kernels may make another graph, planned here again
-            planned = self._replanned(config, planned, str(first))
+            planned = self._replanned(config, planned, str(first), self.step_in_backward)
             gc.collect()
             torch.cuda.synchronize(first)
             torch.cuda.empty_cache()
@@ -161,6 +182,8 @@ class ApplyEvaluator:
         optimizer = None if spec.optimizer == "none" else spec.optimizer
         wrapped = apply(model, planned, inputs, mode=spec.mode, optimizer=optimizer, devices=device_map.to_dict())
         opt = self._optimizer(wrapped, optimizer, optimizer_path([d.name for d in planned.devices]))
+        if opt is not None and stepped_in_backward(config, self.step_in_backward):
+            wrapped.step_in_backward(opt)  # the loop's opt.step() then finds no gradient and does nothing
         inputs = [x.to(first) if isinstance(x, torch.Tensor) else x for x in inputs] if on_cuda else inputs
         meter, mode = None, None
         if not on_cuda:
@@ -203,11 +226,12 @@ class ApplyEvaluator:
         }
 
     @staticmethod
-    def _replanned(config: Config, planned: Any, device: str) -> Any:
+    def _replanned(config: Config, planned: Any, device: str, step_in_backward: bool) -> Any:
         """``planned``, or the plan of the graph captured on ``device`` when that graph is another."""
         from mpplan.config import resolve_devices
 
-        point = plan_point(config, resolve_devices(config), PlannerSettings.from_config(config.planner), on=device)
+        point = plan_point(config, resolve_devices(config), PlannerSettings.from_config(config.planner), on=device,
+                           step_in_backward=step_in_backward)
         if isinstance(point, ApplyMisfit):
             raise DeviceOutOfMemory(
                 f"{device}: no recompute fits apply's loop in {point.budget_bytes} bytes "

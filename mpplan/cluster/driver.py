@@ -77,6 +77,11 @@ def run_search(
             f"{config.source}: search.fit: apply trains model.torch in your loop; a synthetic graph or graph file "
             "has no model to train (search.fit: plan)"
         )
+    if search.step_in_backward and (
+        search.fit != "apply" or config.model.torch is None or config.model.torch.optimizer == "none"
+    ):
+        raise ConfigError(f"{config.source}: search.step_in_backward: steps your loop's optimizer in backward under "
+                          "mpplan.apply: needs search.fit: apply and model.torch.optimizer")
     if search.top_k > 0 and evaluate_candidate is None:
         if config.model.torch is None:
             raise ConfigError(
@@ -84,9 +89,12 @@ def run_search(
                 "can only be ranked by prediction (search.top_k: 0)"
             )
         measure = search.measure
-        evaluate_candidate = ApplyEvaluator(steps=measure.steps) if search.fit == "apply" else RuntimeEvaluator(
-            steps=measure.steps, warmup=measure.warmup, arena=measure.arena, eager=measure.eager
-        )
+        if search.fit == "apply":
+            evaluate_candidate = ApplyEvaluator(steps=measure.steps, step_in_backward=search.step_in_backward)
+        else:
+            evaluate_candidate = RuntimeEvaluator(
+                steps=measure.steps, warmup=measure.warmup, arena=measure.arena, eager=measure.eager
+            )
     reporter = Progress.for_terminal(objective, progress)
     folder = Path(out) if out is not None else Path(config.output.dir)
     with ResultStore(folder, resume=resume) as store, ExitStack() as ray_scope:

@@ -47,6 +47,8 @@ class PointPlanner:
     store: ResultStore
     record: Callable[[Result], None]
     fit: str = "plan"
+    step_in_backward: bool = False
+    """``search.step_in_backward`` (with ``fit: apply``): the loop steps its optimizer inside backward."""
     plans: dict[str, Plan] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
     """Every key this search resolved: the results that belong to the current space."""
@@ -93,15 +95,20 @@ class PointPlanner:
         return candidate
 
     def _judged(self, config: Config) -> dict[str, Any]:
-        """What the key holds of the planner: its section, and the fit when it is not the plan's own."""
+        """What the key holds of the planner: its section, and the fit (and the step in backward, when on) when
+        it is not the plan's own."""
         section = planner_section(config)
-        return section if self.fit == "plan" else {**section, "search_fit": self.fit}
+        if self.fit == "plan":
+            return section
+        if self.step_in_backward:  # another loop, another peak; absent when off, so old keys hold
+            return {**section, "search_fit": self.fit, "step_in_backward": True}
+        return {**section, "search_fit": self.fit}
 
     def _plan_for_apply(
         self, key: str, overrides: Overrides, config: Config, devices: Sequence[Device], settings: PlannerSettings
     ) -> Outcome:
         """The point planned so ``apply``'s peak fits (a candidate), or its predicted misfit (final)."""
-        point = plan_point(config, devices, settings)
+        point = plan_point(config, devices, settings, step_in_backward=self.step_in_backward)
         if isinstance(point, ApplyMisfit):
             misfit = Result(
                 key,

@@ -66,7 +66,8 @@ class Session:
 
     def __post_init__(self) -> None:
         self.planner = PointPlanner(
-            base_raw(self.config), self.config.source, self.store, self.record, fit=self.config.search.fit
+            base_raw(self.config), self.config.source, self.store, self.record, fit=self.config.search.fit,
+            step_in_backward=self.config.search.step_in_backward,
         )
 
     @property

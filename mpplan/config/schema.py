@@ -202,6 +202,12 @@ class SearchSection:
         "training through apply with torch.optim); needs model.torch",
         default="plan",
     )
+    step_in_backward: bool = _doc(
+        "fit: apply: judge and measure your loop with the optimizer stepping per parameter inside backward "
+        "(mpplan.apply(..., step_in_backward=optimizer)): each gradient is freed once its parameter is updated, "
+        "which lowers the floor set by gradients and the optimizer's temporaries; needs an optimizer",
+        default=False,
+    )
     batch_key: str = _doc(
         "max_batch: the workload key to maximise (or a dotted config key); its space axis is bisected",
         default="batch",
