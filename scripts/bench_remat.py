@@ -196,11 +196,62 @@ def executor_rows(case: TorchCase) -> list[list[object]]:
     return rows
 
 
-def executor_tables(quick: bool) -> list[str]:
+#: (label, PlannerSettings fields) of the settings the halving budget is planned with (``settings_rows``).
+SETTINGS = (
+    ("default (schedule auto, solver auto)", {}),
+    ("schedule as_given", {"schedule": "as_given"}),
+    ("solver heuristic", {"remat_solver": "heuristic"}),
+    ("solver exact (HiGHS, 60 s)", {"remat_solver": "exact", "remat_time_limit_s": 60.0}),
+)
+
+
+def settings_rows(case: TorchCase) -> list[list[object]]:
+    """The halving budget planned (not executed) under each of ``SETTINGS``: the planned
+    peak, the dynamic memory against the no-remat plan's, the predicted compute overhead,
+    which order decided the recomputes and which solver, and the planning seconds."""
+    graph, devices = case.program.graph, [case.device]
+    none = plan(graph, devices, PlannerSettings())
+    budget = halved_budget(none)
+    dynamic = none.devices[0].peak_bytes - none.devices[0].static_bytes
     rows = []
+    for label, fields in SETTINGS:
+        clock = time.perf_counter()
+        planned = plan(graph, devices, PlannerSettings(remat="budget", remat_budget=budget, **fields))
+        seconds = time.perf_counter() - clock
+        device = planned.devices[0]
+        assert device.peak_bytes <= budget, f"{label}: planned {device.peak_bytes} over the budget {budget}"
+        chosen = planned.settings.get("remat_chosen", {})
+        lower = dynamic / max(1, device.peak_bytes - device.static_bytes)
+        rows.append([case.label, label, human(budget), human(device.peak_bytes), f"{lower:.3f}x lower",
+                     f"{100 * planned.compute_overhead:.3f}%", chosen.get("order", "-"), chosen.get("solver", "-"),
+                     chosen.get("note", "") or "-", f"{seconds:.1f}"])
+        log(f"  {label}: {rows[-1]}")
+    return rows
+
+
+def settings_table(cases: list[TorchCase]) -> list[str]:
+    """The halving budget of each case under each of ``SETTINGS``, planned only."""
+    rows = [row for case in cases for row in settings_rows(case)]
+    return [
+        "### Planned only: the halving budget under each planner setting",
+        (
+            "The budget of the table above (half the no-remat plan's dynamic memory), planned with each setting "
+            "and not executed: planned peak (<= the budget on every row), dynamic memory against the no-remat "
+            "plan's, the predicted compute overhead, which order decided the recomputes, the solver and the "
+            "planning seconds.  The remat pass's second round of recomputes (`rounds`) applies only to graphs "
+            "without a backward pass, so it does not change a training step."
+        ),
+        table(["model", "setting", "budget", "planned peak", "dynamic vs none", "compute overhead", "decided in",
+               "solver", "note", "s"], rows),
+    ]
+
+
+def executor_tables(quick: bool) -> list[str]:
+    rows, cases = [], []
     with torch_threads(1):
         for config, overrides in executor_cases(quick):
-            rows += executor_rows(torch_case(config, overrides))
+            cases.append(torch_case(config, overrides))
+            rows += executor_rows(cases[-1])
     return [
         "### Executed: activation memory against step time (one device, arena mode, virtual devices)",
         (
@@ -218,6 +269,7 @@ def executor_tables(quick: bool) -> list[str]:
              "step s", "vs none", "compute overhead", "target met"],
             rows,
         ),
+        *settings_table(cases),
     ]
 
 
