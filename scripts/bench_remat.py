@@ -16,6 +16,7 @@ import argparse
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from benchlib import SHARED_DATA, TorchCase, human, log, rerun, stamp, table, torch_case, torch_threads, write_section
 
@@ -197,7 +198,7 @@ def executor_rows(case: TorchCase) -> list[list[object]]:
 
 
 #: (label, PlannerSettings fields) of the settings the halving budget is planned with (``settings_rows``).
-SETTINGS = (
+SETTINGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("default (schedule auto, solver auto)", {}),
     ("schedule as_given", {"schedule": "as_given"}),
     ("solver heuristic", {"remat_solver": "heuristic"}),
@@ -213,7 +214,7 @@ def settings_rows(case: TorchCase) -> list[list[object]]:
     none = plan(graph, devices, PlannerSettings())
     budget = halved_budget(none)
     dynamic = none.devices[0].peak_bytes - none.devices[0].static_bytes
-    rows = []
+    rows: list[list[object]] = []
     for label, fields in SETTINGS:
         clock = time.perf_counter()
         planned = plan(graph, devices, PlannerSettings(remat="budget", remat_budget=budget, **fields))
