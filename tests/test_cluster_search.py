@@ -123,8 +123,11 @@ def test_grid_search_measures_the_top_k_and_picks_the_best(tmp_path):
     assert len(by_status[Status.OK]) == 3 and len(by_status[Status.PREDICTED_FIT]) == 1
     assert sorted(evaluated(log)) == sorted(r.key for r in by_status[Status.OK])
     # the best is the lowest measured peak, and it is the lowest predicted of all that fit (brute force)
-    oracle = min(by_status[Status.OK] + by_status[Status.PREDICTED_FIT], key=lambda r: r.predicted_peak_bytes)
-    assert summary.best.key == oracle.key
+    # (equal peaks are ranked by measured step time, which the machine's load decides: any of them may win)
+    fitting = by_status[Status.OK] + by_status[Status.PREDICTED_FIT]
+    least = min(r.predicted_peak_bytes for r in fitting)
+    assert summary.best.measured_peak_bytes == least
+    assert summary.best.key in {r.key for r in fitting if r.predicted_peak_bytes == least}
     assert summary.best.overrides["devices.0.count"] == 4 and summary.best.overrides["planner.placement"] == "pipeline"
     best_plan = json.loads((tmp_path / "a" / "best" / "plan.json").read_text())
     assert best_plan["predicted"]["max_peak_bytes"] == summary.best.measured_peak_bytes

@@ -15,7 +15,6 @@ Nothing here touches real tensors; ``executor`` runs the steps.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 
 from mpplan.capture.torch_capture import CapturedProgram
+from mpplan.capture.torch_capture.program import getitem_paths
 from mpplan.errors import GraphError, PlanError
 from mpplan.graph import Graph
 from mpplan.passes.copies import Placed
@@ -322,7 +322,7 @@ def _targets(
     op = graph.op(op_name)
     leaves = flatten(node.meta.get("val"))
     positions = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-    named = {path[0]: name for name, path in _getitem_paths(node).items() if len(path) == 1}
+    named = {path[0]: name for name, path in getitem_paths(node).items() if len(path) == 1}
     if not isinstance(node.meta.get("val"), (list, tuple)):
         named = {0: node.name}
     targets: list[Target] = []
@@ -345,20 +345,8 @@ def _targets(
 
 def _result_nodes(node: Any) -> list[str]:
     """The fx node names an op's results are stored under: the node itself or its ``getitem`` users."""
-    paths = _getitem_paths(node)
+    paths = getitem_paths(node)
     return list(paths) if paths else [node.name]
-
-
-def _getitem_paths(node: Any) -> dict[str, tuple[int, ...]]:
-    paths: dict[str, tuple[int, ...]] = {}
-    frontier: list[tuple[Any, tuple[int, ...]]] = [(node, ())]
-    while frontier:
-        current, prefix = frontier.pop()
-        for user in current.users:
-            if user.op == "call_function" and user.target is operator.getitem and isinstance(user.args[1], int):
-                paths[user.name] = prefix + (user.args[1],)
-                frontier.append((user, prefix + (user.args[1],)))
-    return paths
 
 
 def flatten(value: Any) -> list[Any]:
