@@ -14,7 +14,6 @@ import copy
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan import zoo
 from mpplan.capture.torch_capture import default_loss
@@ -28,6 +27,7 @@ from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, module_cal
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
+from user_loop import CallCounter, captured_gpt, cuda_loop_peak, metered_loop
 
 GPT = {"vocab_size": 64, "max_seq_len": 32, "d_model": 32, "n_heads": 2, "n_layers": 2}
 INPUTS = {"batch": 8, "seq_len": 32, "vocab_size": 64}
@@ -36,25 +36,9 @@ TOLERANCE = 0.05
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
-class _Calls(TorchDispatchMode):
-    """Count the ATen calls a step makes (the recompute shows as extra calls)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.fixture(scope="module")
 def gpt():
-    torch.manual_seed(0)
-    model = zoo.build("gpt", **GPT)
-    inputs = zoo.example_inputs("gpt", **INPUTS)
-    program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
-    return model, inputs, program
+    return captured_gpt(GPT, INPUTS)
 
 
 def _plan(program, budget, ndev=1):
@@ -68,26 +52,10 @@ def _plan(program, budget, ndev=1):
 
 
 def _loop(module, inputs, steps=3, device="cpu"):
-    """Train ``steps`` steps as a user would; peak (storage meter) and ATen calls of the steps after the first."""
-    opt = torch.optim.Adam(module.parameters(), lr=1e-3)
-    meter = StorageMeter(device)
-    meter.register([list(module.parameters()), list(module.buffers()), inputs], pinned=True)
-    calls = _Calls()
-    losses = []
-    for i in range(steps):
-        if i == 1:  # Adam makes its state in the first step; from the second on, the step is steady
-            meter.reset_peaks()
-            calls.calls = 0
-        torch.manual_seed(100 + i)  # dropout draws the same masks in every run
-        with MeteringMode(meter, torch.device(device)), calls:
-            opt.zero_grad(set_to_none=True)
-            loss = default_loss(module(**inputs) if isinstance(inputs, dict) else module(*inputs))
-            loss.backward()
-            opt.step()
-        losses.append(float(loss.detach()))
-        del loss
-    meter.sample()
-    return meter.peaks[device], losses, calls.calls / (steps - 1)
+    """Train with Adam as a user would; peak (storage meter), losses, and ATen calls per step after the first."""
+    calls = CallCounter()
+    peak, losses = metered_loop(module, torch.optim.Adam(module.parameters(), lr=1e-3), inputs, steps, device, calls)
+    return peak, losses, calls.calls / (steps - 1)
 
 
 def _within(measured: int, predicted: int) -> bool:
@@ -202,19 +170,8 @@ def test_apply_on_cuda_holds_the_predicted_peak() -> None:
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated(device)
     wrapped = apply(model, planned, inputs, optimizer="adam", devices={"cuda:0": "cuda:0"})
-    cuda_inputs = [x.to(device) for x in inputs]
     opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
-    for i in range(3):
-        if i == 1:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats(device)
-        opt.zero_grad(set_to_none=True)
-        loss = default_loss(wrapped(*cuda_inputs))
-        loss.backward()
-        opt.step()
-        del loss
-    torch.cuda.synchronize()
-    measured = torch.cuda.max_memory_allocated(device) - base
+    measured = cuda_loop_peak(wrapped, opt, inputs, device, base)
     predicted = wrapped.prediction().peak_bytes
     assert wrapped.hooks is not None and wrapped.hooks.mismatch is None
     assert _within(measured, predicted), (measured, predicted)

@@ -28,6 +28,7 @@ from mpplan.runtime.recompute import module_calls
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
+from user_loop import captured_gpt, cuda_loop_peak, metered_loop
 
 # Wide and short: the parameters, their gradients and Adam's state outweigh the activations,
 # so the end of the step (every gradient and the update's temporaries) sets eager's peak.
@@ -40,11 +41,7 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 @pytest.fixture(scope="module")
 def gpt():
-    torch.manual_seed(0)
-    model = zoo.build("gpt", **GPT)
-    inputs = zoo.example_inputs("gpt", **INPUTS)
-    program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
-    return model, inputs, program
+    return captured_gpt(GPT, INPUTS)
 
 
 def _adam(module, foreach):
@@ -55,24 +52,7 @@ def _adam(module, foreach):
     )
 
 
-def _loop(module, opt, inputs, steps=3):
-    """Train ``steps`` steps as a user would; the storage meter's peak over the steps after the first."""
-    meter = StorageMeter("cpu")
-    meter.register([list(module.parameters()), list(module.buffers()), inputs], pinned=True)
-    losses = []
-    for i in range(steps):
-        if i == 1:  # Adam makes its state in the first step
-            meter.reset_peaks()
-        torch.manual_seed(100 + i)
-        with MeteringMode(meter, torch.device("cpu")):
-            opt.zero_grad(set_to_none=True)
-            loss = default_loss(module(*inputs))
-            loss.backward()
-            opt.step()
-        losses.append(float(loss.detach()))
-        del loss
-    meter.sample()
-    return meter.peaks["cpu"], losses
+_loop = metered_loop
 
 
 def _plain_plan(program):
@@ -194,18 +174,7 @@ def test_step_in_backward_on_cuda_holds_the_predicted_peak() -> None:
     wrapped = apply(model, planned, inputs, optimizer="adam", devices={"cuda:0": "cuda:0"})
     opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
     wrapped.step_in_backward(opt)
-    cuda_inputs = [x.to(device) for x in inputs]
-    for i in range(3):
-        if i == 1:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats(device)
-        opt.zero_grad(set_to_none=True)
-        loss = default_loss(wrapped(*cuda_inputs))
-        loss.backward()
-        opt.step()
-        del loss
-    torch.cuda.synchronize()
-    measured = torch.cuda.max_memory_allocated(device) - base
+    measured = cuda_loop_peak(wrapped, opt, inputs, device, base)
     predicted = wrapped.prediction()
     assert predicted.optimizer_path == "foreach"
     assert abs(measured - predicted.peak_bytes) <= 0.05 * predicted.peak_bytes, (measured, predicted.peak_bytes)
