@@ -1,8 +1,9 @@
 """Remat against the published numbers: the budget on the device, fixed order and mpplan's own.
 
 Rerun: ``python scripts/bench_remat_device.py`` (``--scale-max N``: the largest graph of
-the scaling run, 100k ops by default; ``--quick`` is accepted and changes nothing since
-the six training graphs, 45 to 353 ops, run at 0.9/0.8/0.7 in every run).
+the scaling run, 100k ops by default; ``--scale-only``: print the scaling table alone,
+docs untouched; ``--quick`` is accepted and changes nothing since the six training
+graphs, 45 to 353 ops, run at 0.9/0.8/0.7 in every run).
 Writes the ``remat_device`` section of docs/benchmarks.md.
 
 Protocol (Moccasin's and Checkmate's): budget = 0.9, 0.8 (and 0.7) of ``static + LOAD``
@@ -175,7 +176,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="kept for old command lines: as the full run")
     parser.add_argument("--scale-max", type=int, default=100_000, help="largest graph of the scaling run (ops)")
+    parser.add_argument("--scale-only", action="store_true", help="print the scaling table only (docs untouched)")
     args = parser.parse_args()
+    if args.scale_only:
+        rows, exponent = scaling(args.scale_max)
+        print(table(["layers", "ops", "overhead", "s"], rows))
+        print(f"Seconds grow as ops^{exponent:.2f} (least squares over the sizes above).")
+        return
     write_section("remat_device", section(args.quick, args.scale_max))
     log("wrote the remat_device section of docs/benchmarks.md")
 

@@ -3,10 +3,13 @@ naive profile (a dict of step key -> live bytes, changed step by step)."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mpplan.passes.remat import profile_tree
 from mpplan.passes.remat.profile_tree import Leaves, ProfileTree, Steps
 
 SPAN = 4
@@ -53,7 +56,14 @@ def changes(draw: st.DrawFn, profile: dict[int, int]) -> tuple[list[tuple[int, i
 def test_scores_and_updates_match_the_naive_profile(profile: dict[int, int], data: st.DataObject) -> None:
     """Over a series of changes, each scored then made: the score is the naive change of
     excess and the peak after it, the tree then holds the naive excess and peak, and it
-    equals a tree built afresh."""
+    equals a tree built afresh; nodes valued at once (``DIRECT``) or opened down to
+    their leaves alike."""
+    direct = data.draw(st.sampled_from([1, 2, 8, profile_tree.DIRECT]))
+    with mock.patch.object(profile_tree, "DIRECT", direct):
+        check_changes(profile, data)
+
+
+def check_changes(profile: dict[int, int], data: st.DataObject) -> None:
     budget = data.draw(st.integers(-60, 220))
     tree = ProfileTree.build(leaf_values(profile), budget)
     assert (tree.excess, tree.peak) == (excess(profile, budget), max(profile.values()))
@@ -64,9 +74,10 @@ def test_scores_and_updates_match_the_naive_profile(profile: dict[int, int], dat
         after.update(new)
         values = leaf_values(after)
         leaves = Leaves(SPAN, wide={k // SPAN for k in profile if k % SPAN != SPAN - 1}, fresh={k // SPAN for k in new})
-        gain, peak = tree.score(steps, leaves, lambda op: values[op])
+        between = lambda a, b: np.array([v for leaf in values[a:b] for v in leaf], np.int64)
+        gain, peak = tree.score(steps, leaves, between)
         assert (gain, peak) == (excess(after, budget) - excess(profile, budget), max(after.values()))
-        tree.update(steps, leaves, lambda op: values[op])
+        tree.update(steps, leaves, between)
         profile = after
         fresh = ProfileTree.build(values, budget)
         assert (tree.excess, tree.peak) == (excess(profile, budget), max(profile.values()))

@@ -249,15 +249,13 @@ class Choice:
         # (original ops) where a step goes or comes.
         steps = Steps.of([*zip(old_firsts, old_lasts, (-size for size in old_sizes)),
                           *zip(new_firsts, new_lasts, new_sizes)], marks=gone + new)
-        gone_set, held_at = set(gone), dict(zip(new, held))
+        gone_keys, held_at = np.array(gone, np.int64), dict(zip(new, held))
 
-        def values(op: int) -> list[int]:  # a leaf's steps after the change
-            at, to = keys.searchsorted(op * span), keys.searchsorted(op * span + span)
-            out = [h for k, h in held_at.items() if k // span == op]
-            for k, v in zip(keys[at:to].tolist(), profile[at:to].tolist()):
-                if k not in gone_set:
-                    out.append(v + steps.gain(k))
-            return out
+        def values(a: int, b: int) -> np.ndarray:  # the steps of ops a:b after the change
+            at, to = keys.searchsorted(a * span), keys.searchsorted(b * span)
+            seg = keys[at:to]
+            after = (profile[at:to] + steps.gains(seg))[~np.isin(seg, gone_keys)]
+            return np.concatenate((after, [h for k, h in held_at.items() if a * span <= k < b * span]))
 
         tree = self._tree_at(budget)
         gain, load = tree.score(steps, Leaves(span, self._anchored, {k // span for k in new}), values)
@@ -332,9 +330,7 @@ class Choice:
         fresh = {anchor for anchor in trial.moved.values() if anchor < NEVER}
         self._tree.update(trial.steps, Leaves(self.index.span, self._anchored, fresh), self._op_values)
 
-    def _op_values(self, op: int) -> list[int]:
-        """The live bytes of original op ``op``'s step and the recompute steps before it."""
+    def _op_values(self, a: int, b: int) -> np.ndarray:
+        """The live bytes of the steps of original ops ``a:b`` and the recomputes before them."""
         span = self.index.span
-        at, to = self.keys.searchsorted(op * span), self.keys.searchsorted(op * span + span)
-        values: list[int] = self.profile[at:to].tolist()
-        return values
+        return self.profile[self.keys.searchsorted(a * span) : self.keys.searchsorted(b * span)]

@@ -18,14 +18,16 @@ Additions are lazy (a node's pending add is its children's); ``score`` reads a
 change without making it, ``update`` makes it.  A change is a step function of the
 step's *key* (``Steps``), leaf ``i`` holding keys ``i * span`` to ``i * span + span -
 1`` (``Leaves``); leaves whose steps do not all change by the same amount (or that
-gain or lose a step) are valued from ``values(leaf)``, their steps' values after it.
+gain or lose a step) are valued from ``values(lo, hi)``, the values of the steps of
+leaves ``lo:hi`` after it; ``score`` values a node of up to ``DIRECT`` leaves so
+at once (vectorised) rather than open it, where a step under it crosses the budget.
 
 >>> tree = ProfileTree.build([[5, 1], [7], [2, 9]], budget=6)
 >>> tree.excess, tree.peak
 (4, 9)
 >>> less_two = Steps.of([(0, 99, -2)])  # every step loses two bytes
 >>> leaves = Leaves(span=2, wide=range(3))
->>> after = lambda leaf: [[3, -1], [5], [0, 7]][leaf]
+>>> after = lambda lo, hi: np.array([3, -1, 5, 0, 7][2 * lo - (lo > 1): 2 * hi - (hi > 1)])
 >>> tree.score(less_two, leaves, after), tree.excess  # scored, not made
 ((-3, 7), 4)
 >>> tree.update(less_two, leaves, after)
@@ -47,8 +49,12 @@ __all__ = ["Leaves", "ProfileTree", "Steps", "Values"]
 #: any budget than bytes can be, so no add of bytes brings it across.
 _FAR = 1 << 62
 
-Values = Callable[[int], Sequence[int]]
-"""``values(leaf)``: the values of the leaf's steps after the change."""
+Values = Callable[[int, int], np.ndarray]
+"""``values(lo, hi)``: the values of the steps of leaves ``lo:hi`` after the change."""
+
+#: ``score`` values a node of at most this many leaves in one vectorised pass, rather
+#: than open it, when a step under it crosses the budget.
+DIRECT = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +223,11 @@ class ProfileTree:
                     gain += add * over[node]
                     top = max(top, peak[node] + shift)
                     continue
-            if node >= width:  # a leaf: its values after the change, against its excess before
-                after = values(lo)
-                gain += sum(v - budget for v in after if v > budget) - self.excess_[node] - above * over[node]
-                top = max(top, max(after, default=top))
+            if hi - lo <= DIRECT:  # its values after the change, against its excess before
+                after = values(lo, hi)
+                if len(after):
+                    gain += int(np.maximum(after - budget, 0).sum()) - self.excess_[node] - above * over[node]
+                    top = max(top, int(after.max()))
                 continue
             above += pending[node]
             mid = (lo + hi) // 2
@@ -240,7 +247,7 @@ class ProfileTree:
             self._add(node, add)
             return
         if node >= self.width:
-            self._set(node, values(lo))
+            self._set(node, values(lo, hi).tolist())
             return
         self._push(node)
         mid = (lo + hi) // 2
