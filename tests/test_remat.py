@@ -731,9 +731,8 @@ def test_the_milp_backend_prints_nothing_to_stdout():
 
 #: (layers, budget fraction) of ``synthetic.transformer(layers, batch=1, seq=64, hidden=64,
 #: heads=4, vocab=512, train=True)`` -> (peak, added cost, digest of the recompute op
-#: names, how many) of the budget heuristic (one round) before its trials were scored on
-#: the profile's segment tree (every changed step valued with numpy): the tree makes the
-#: same choices.
+#: names, how many) of the budget heuristic (one round), pinned from a run of the numpy
+#: segment scorer (``Choice.trial``): a faster scorer must make the same choices.
 TRANSFORMER_ANSWERS = {
     (2, 0.9): (2014212, 4.0, "4babbec5130e2aa6", 4),
     (4, 0.8): (2945028, 14.0, "6893815a659be989", 18),
@@ -745,8 +744,7 @@ TRANSFORMER_ANSWERS = {
 
 
 @pytest.mark.parametrize("layers, fraction", sorted(TRANSFORMER_ANSWERS))
-def test_budget_heuristic_answers_on_transformers_are_those_before_the_profile_tree(layers: int,
-                                                                                   fraction: float) -> None:
+def test_budget_heuristic_answers_on_transformers_are_pinned(layers: int, fraction: float) -> None:
     graph = synthetic.transformer(layers, batch=1, seq=64, hidden=64, heads=4, vocab=512, train=True)
     r = remat(graph, "budget", budget=fraction, solver="heuristic", rounds=False)
     names = sorted({op.name for op in r.graph.ops} - {op.name for op in graph.ops})

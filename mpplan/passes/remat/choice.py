@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,7 +49,6 @@ from mpplan.passes.remat.evaluation import Evaluation, anchors, reanchor
 from mpplan.passes.remat.index import Intervals, ModelIndex, draw, spans
 from mpplan.passes.remat.model import NEVER, RematModel
 from mpplan.passes.remat.moves import MoveCache
-from mpplan.passes.remat.profile_tree import Leaves, ProfileTree, Steps
 
 __all__ = ["Choice", "ModelIndex", "Trial"]
 
@@ -64,9 +62,9 @@ class Trial:
     ``cost`` are those of the changed choice, ``units`` its cost in the index's
     units.  ``moved``: candidate -> its new anchor (``NEVER``: it stops running);
     ``intervals``: the storages whose intervals change, and the new ones; steps
-    ``lo:hi`` of the choice are the ones that change: ``steps`` is the change of
-    their live bytes (a step function of the key; steps that go or come are marked)
-    and ``held`` holds the live bytes of the new recompute steps, in key order.
+    ``lo:hi`` of the choice are the ones that change: ``value`` holds their new live
+    bytes (those of steps that go are meaningless) and ``held`` those of the new
+    recompute steps, in key order.
     """
 
     version: int
@@ -79,8 +77,8 @@ class Trial:
     intervals: dict[int, Intervals]
     lo: int
     hi: int
+    value: np.ndarray
     held: list[int]
-    steps: Steps
 
 
 class Choice:
@@ -92,13 +90,11 @@ class Choice:
     bytes and ``starts`` the bytes of the storages whose life starts there;
     ``intervals[j]`` are storage ``j``'s live intervals (empty for a storage of no
     bytes); ``units`` is the cost in ``index.unit`` parts.  ``moves`` ranks the moves
-    from this choice; ``copy`` branches a search.  The profile's tree at the budget of
-    the last trial (``ProfileTree``, one leaf per original op: its step and the
-    recomputes before it) scores trials without visiting the steps they change.
+    from this choice; ``copy`` branches a search.
     """
 
     __slots__ = ("index", "anchor", "keys", "profile", "starts", "intervals", "units", "load", "version",
-                 "moves", "_over", "_tree", "_anchored")
+                 "moves", "_maxima", "_over", "_prefix")
 
     def __init__(
         self,
@@ -120,9 +116,9 @@ class Choice:
         self.load = int(profile.max()) if len(profile) else 0
         self.version = 0
         self.moves = moves
+        self._maxima: tuple[np.ndarray, np.ndarray] | None = None
         self._over: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._tree: ProfileTree | None = None
-        self._anchored = Counter(anchor.values())  # op -> recomputes running before it
+        self._prefix: tuple[int, np.ndarray] | None = None
 
     @classmethod
     def build(cls, model: RematModel, chosen: Iterable[int] = (), *, index: ModelIndex | None = None) -> Choice:
@@ -145,9 +141,7 @@ class Choice:
         twin.anchor, twin.intervals = dict(self.anchor), list(self.intervals)
         twin.units, twin.load, twin.version = self.units, self.load, self.version
         twin.moves = self.moves.copy()
-        twin._over = self._over
-        twin._tree = None if self._tree is None else self._tree.copy()
-        twin._anchored = self._anchored.copy()
+        twin._maxima, twin._over, twin._prefix = self._maxima, self._over, self._prefix
         return twin
 
     @property
@@ -176,7 +170,7 @@ class Choice:
 
     def excess(self, budget: int) -> int:
         """Live bytes over ``budget``, summed over the steps."""
-        return self._tree_at(budget).excess
+        return self._excess_between(budget, 0, len(self.profile))
 
     def over_counts(self, budget: int) -> tuple[np.ndarray, np.ndarray]:
         """``(through, own)`` by original op ``p``: the steps over ``budget`` up to and
@@ -216,7 +210,7 @@ class Choice:
                 units += index.cand_units[c] if a < NEVER else -index.cand_units[c]
         if not moved:
             return Trial(self.version, budget, self.load, self.excess(budget), units / index.unit, units, moved, {},
-                         0, 0, [], Steps.of([]))
+                         0, 0, self.profile[:0], [])
 
         touched = sorted({j for c in moved for j in (*model.cand_outputs[c], *index.reads[c]) if model.size[j]})
         intervals = {j: index.intervals(j, anchor, moved) for j in touched}
@@ -230,9 +224,18 @@ class Choice:
         lo = int(keys.searchsorted(min(firsts + gone + new)))
         hi = int(keys.searchsorted(max(lasts + gone + ends), "right"))
 
+        # The old steps of the segment, valued with the moved storages' new intervals.
+        seg = keys[lo:hi]
+        sizes = np.array([-size for size in old_sizes] + new_sizes, np.int64)
+        delta = np.zeros(hi - lo + 1, np.int64)
+        np.add.at(delta, seg.searchsorted(firsts), sizes)
+        np.add.at(delta, seg.searchsorted(lasts, "right"), -sizes)
+        value = self.profile[lo:hi] + delta[:-1].cumsum()
+        if gone:
+            value[seg.searchsorted(gone)] = min(0, budget)  # over no budget, under every load
         # A new step holds what the old step after it holds, less what starts there, with
         # the moved storages' old intervals taken away and their new ones added.
-        after = keys.searchsorted(new).tolist()
+        after = (seg.searchsorted(new) + lo).tolist()
         thens = keys[after].tolist()
         change = [0] * (len(new) + 1)
         for first, last, size in zip(old_firsts, old_lasts, old_sizes):  # live at the step after, not from it
@@ -244,23 +247,11 @@ class Choice:
         profile, starts = self.profile, self.starts
         held = [int(profile[k]) - int(starts[k]) + c for k, c in zip(after, itertools.accumulate(change))]
 
-        # Every other step gains the moved storages' new intervals and loses their old
-        # ones: the tree scores that step function, valuing one by one only the leaves
-        # (original ops) where a step goes or comes.
-        steps = Steps.of([*zip(old_firsts, old_lasts, (-size for size in old_sizes)),
-                          *zip(new_firsts, new_lasts, new_sizes)], marks=gone + new)
-        gone_keys, held_at = np.array(gone, np.int64), dict(zip(new, held))
-
-        def values(a: int, b: int) -> np.ndarray:  # the steps of ops a:b after the change
-            at, to = keys.searchsorted(a * span), keys.searchsorted(b * span)
-            seg = keys[at:to]
-            after = (profile[at:to] + steps.gains(seg))[~np.isin(seg, gone_keys)]
-            return np.concatenate((after, [h for k, h in held_at.items() if a * span <= k < b * span]))
-
-        tree = self._tree_at(budget)
-        gain, load = tree.score(steps, Leaves(span, self._anchored, {k // span for k in new}), values)
-        return Trial(self.version, budget, load, tree.excess + gain, units / index.unit, units, moved, intervals,
-                     lo, hi, held, steps)
+        excess = self.excess(budget) - self._excess_between(budget, lo, hi)
+        excess += int(np.maximum(value - budget, 0).sum()) + sum(max(0, v - budget) for v in held)
+        load = max(int(value.max()), self._max_outside(lo, hi), *held)
+        return Trial(self.version, budget, load, excess, units / index.unit, units, moved, intervals, lo, hi, value,
+                     held)
 
     def commit(self, trial: Trial) -> None:
         """Make ``trial`` (of this choice as it is now) the choice."""
@@ -269,27 +260,21 @@ class Choice:
         if not trial.moved:
             return
         self._splice(trial)
-        self._update_tree(trial)
         toggled = [c for c, a in trial.moved.items() if (a < NEVER) != (c in self.anchor)]
         for j, intervals in trial.intervals.items():
             self.intervals[j] = intervals
         for c, a in trial.moved.items():
-            if c in self.anchor:
-                self._anchored[self.anchor[c]] -= 1
-                if not self._anchored[self.anchor[c]]:
-                    del self._anchored[self.anchor[c]]
             if a < NEVER:
                 self.anchor[c] = a
-                self._anchored[a] += 1
             else:
                 del self.anchor[c]
         self.units, self.load = trial.units, trial.load
-        self._over = None
+        self._maxima = self._over = self._prefix = None
         self.moves.note_moved(trial.moved, toggled)
 
     def _splice(self, trial: Trial) -> None:
         """Replace steps ``trial.lo:trial.hi`` by the trial's: the old steps that stay,
-        changed by the trial's step function, and the new recompute steps."""
+        valued as the trial valued them, and the new recompute steps."""
         model, span, lo, hi = self.model, self.index.span, trial.lo, trial.hi
         seg = self.keys[lo:hi]
         keep = np.ones(len(seg), bool)
@@ -298,8 +283,7 @@ class Choice:
         kept = seg[keep]
         at = kept.searchsorted(added)
         keys = np.insert(kept, at, added)
-        value = self.profile[lo:hi] + trial.steps.gains(seg)
-        profile = np.insert(value[keep], at, trial.held)
+        profile = np.insert(trial.value[keep], at, trial.held)
         starts = self.starts[lo:hi].copy()
         firsts, _, sizes = spans(self.intervals, trial.intervals, model.size)
         np.add.at(starts, seg.searchsorted(firsts), -np.array(sizes, np.int64))
@@ -315,22 +299,18 @@ class Choice:
         self.commit(self.trial(budget, add=anchor.keys() - self.anchor.keys(),
                                remove=self.anchor.keys() - anchor.keys()))
 
-    def _tree_at(self, budget: int) -> ProfileTree:
-        """The profile's tree at ``budget`` (built anew when the budget changes)."""
-        if self._tree is None or self._tree.budget != budget:
-            self._tree = ProfileTree.of_profile(self.profile, self.keys // self.index.span, budget)
-        return self._tree
+    def _excess_between(self, budget: int, lo: int, hi: int) -> int:
+        """Live bytes over ``budget`` summed over steps ``lo:hi``."""
+        if self._prefix is None or self._prefix[0] != budget:
+            over = np.maximum(self.profile - budget, 0)
+            self._prefix = budget, np.concatenate(([0], np.cumsum(over)))
+        prefix = self._prefix[1]
+        return int(prefix[hi] - prefix[lo])
 
-    def _update_tree(self, trial: Trial) -> None:
-        """Make ``trial``'s change to the tree, once the steps are spliced (a tree at
-        another budget is dropped: the next trial builds its own)."""
-        if self._tree is None or self._tree.budget != trial.budget:
-            self._tree = None
-            return
-        fresh = {anchor for anchor in trial.moved.values() if anchor < NEVER}
-        self._tree.update(trial.steps, Leaves(self.index.span, self._anchored, fresh), self._op_values)
-
-    def _op_values(self, a: int, b: int) -> np.ndarray:
-        """The live bytes of the steps of original ops ``a:b`` and the recomputes before them."""
-        span = self.index.span
-        return self.profile[self.keys.searchsorted(a * span) : self.keys.searchsorted(b * span)]
+    def _max_outside(self, lo: int, hi: int) -> int:
+        """The largest profile value outside steps ``lo:hi`` (0 when there is none)."""
+        if self._maxima is None:
+            self._maxima = np.maximum.accumulate(self.profile), np.maximum.accumulate(self.profile[::-1])[::-1]
+        before, after = self._maxima
+        best = int(before[lo - 1]) if lo > 0 else 0
+        return max(best, int(after[hi])) if hi < len(self.profile) else best
