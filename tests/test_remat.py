@@ -12,6 +12,7 @@ and commit) and to a fresh walk of every chain (every ranking).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import doctest
 import importlib
 import itertools
@@ -726,3 +727,27 @@ def test_the_milp_backend_prints_nothing_to_stdout():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [next(line for line in out.splitlines() if line.startswith("solved"))], out
     assert "HiGHS" not in out
+
+
+#: (layers, budget fraction) of ``synthetic.transformer(layers, batch=1, seq=64, hidden=64,
+#: heads=4, vocab=512, train=True)`` -> (peak, added cost, digest of the recompute op
+#: names, how many) of the budget heuristic (one round), pinned from a run of the numpy
+#: segment scorer (``Choice.trial``): a faster scorer must make the same choices.
+TRANSFORMER_ANSWERS = {
+    (2, 0.9): (2014212, 4.0, "4babbec5130e2aa6", 4),
+    (4, 0.8): (2945028, 14.0, "6893815a659be989", 18),
+    (8, 0.9): (5920772, 11.0, "1edb12a164826a41", 11),
+    (8, 0.7): (4642820, 42.0, "8abbe146a5fd62a7", 50),
+    (16, 0.85): (10561540, 29.0, "66b154a43fa6b66d", 29),
+    (32, 0.9): (21678084, 37.0, "d217ed820220d44b", 37),
+}
+
+
+@pytest.mark.parametrize("layers, fraction", sorted(TRANSFORMER_ANSWERS))
+def test_budget_heuristic_answers_on_transformers_are_pinned(layers: int, fraction: float) -> None:
+    graph = synthetic.transformer(layers, batch=1, seq=64, hidden=64, heads=4, vocab=512, train=True)
+    r = remat(graph, "budget", budget=fraction, solver="heuristic", rounds=False)
+    names = sorted({op.name for op in r.graph.ops} - {op.name for op in graph.ops})
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+    assert (r.peak_bytes, r.added_cost, digest, len(names)) == TRANSFORMER_ANSWERS[layers, fraction]
+    check_plans(r.graph)
