@@ -191,8 +191,8 @@ def _build_topology(graph: Graph) -> Topology:
         return _distinct(found)
 
     try:  # the common case without a call per op; on an unknown name, the loop below names the op
-        op_inputs = tuple([_distinct(tuple(map(lookup, o.inputs))) for o in graph.ops])
-        op_outputs = tuple([_distinct(tuple(map(lookup, o.outputs))) for o in graph.ops])
+        op_inputs = _all_distinct([tuple(map(lookup, o.inputs)) for o in graph.ops])
+        op_outputs = _all_distinct([tuple(map(lookup, o.outputs)) for o in graph.ops])
     except KeyError:
         op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
         op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
@@ -212,9 +212,8 @@ def _build_topology(graph: Graph) -> Topology:
     for k, ps in enumerate(preds):
         for p in ps:
             succs[p].append(k)
-    op_storages = tuple(
-        _distinct([storage_of[t] for t in (*ins, *outs)]) for ins, outs in zip(op_inputs, op_outputs)
-    )
+    at = storage_of.__getitem__
+    op_storages = _all_distinct([tuple(map(at, ins + outs)) for ins, outs in zip(op_inputs, op_outputs)])
     outputs = set()
     for name in graph.output_names:
         outputs.add(storage_of[tensor_index[name]])
@@ -241,6 +240,11 @@ def _build_topology(graph: Graph) -> Topology:
 def _distinct(ids: Sequence[int]) -> tuple[int, ...]:
     """``ids`` without repeats, first occurrences in order."""
     return tuple(ids) if len(ids) < 2 or len(set(ids)) == len(ids) else tuple(dict.fromkeys(ids))
+
+
+def _all_distinct(rows: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    """``_distinct`` of every row, without a call per row that has no repeats (nearly all of them)."""
+    return tuple([row if len(row) < 2 or len(set(row)) == len(row) else tuple(dict.fromkeys(row)) for row in rows])
 
 
 def _unique_index(names: Iterable[str], what: str) -> dict[str, int]:
