@@ -157,6 +157,11 @@ class Graph:
         return tuple(t.name for t in self.tensors if t.name in declared or t.kind is Kind.OUTPUT)
 
     @cached_property
+    def dynamic_grads(self) -> Graph:
+        """This graph under ``planner.grads: dynamic`` (``with_dynamic_grads``), made on first use."""
+        return _dynamic_grads(self)
+
+    @cached_property
     def content_hash(self) -> str:
         """A stable hex digest of everything but the graph's name."""
         # Field tuples by ``attrgetter`` (json writes a tuple as a list, and a ``Kind``, a str enum, as its
@@ -384,6 +389,15 @@ def is_pure_view(graph: Graph, k: int) -> bool:
 
 
 def with_dynamic_grads(graph: Graph) -> Graph:
+    """``graph`` with its parameters' gradients dynamic, as eager PyTorch holds ``.grad`` (``_dynamic_grads``).
+
+    Made once per graph and kept beside its topology: the planner, the timeline and the
+    executor each ask for it, and a 100k-op graph takes a second to rewrite.
+    """
+    return graph.dynamic_grads
+
+
+def _dynamic_grads(graph: Graph) -> Graph:
     """``graph`` with its parameters' gradients dynamic, as eager PyTorch holds ``.grad``.
 
     A parameter's gradient is static because of its ``grad_of`` link (module
