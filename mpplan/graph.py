@@ -157,6 +157,11 @@ class Graph:
         return tuple(t.name for t in self.tensors if t.name in declared or t.kind is Kind.OUTPUT)
 
     @cached_property
+    def dynamic_grads(self) -> Graph:
+        """This graph under ``planner.grads: dynamic`` (``with_dynamic_grads``), made on first use."""
+        return _dynamic_grads(self)
+
+    @cached_property
     def content_hash(self) -> str:
         """A stable hex digest of everything but the graph's name."""
         # Field tuples by ``attrgetter`` (json writes a tuple as a list, and a ``Kind``, a str enum, as its
@@ -191,8 +196,8 @@ def _build_topology(graph: Graph) -> Topology:
         return _distinct(found)
 
     try:  # the common case without a call per op; on an unknown name, the loop below names the op
-        op_inputs = tuple([_distinct(tuple(map(lookup, o.inputs))) for o in graph.ops])
-        op_outputs = tuple([_distinct(tuple(map(lookup, o.outputs))) for o in graph.ops])
+        op_inputs = _all_distinct([tuple(map(lookup, o.inputs)) for o in graph.ops])
+        op_outputs = _all_distinct([tuple(map(lookup, o.outputs)) for o in graph.ops])
     except KeyError:
         op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
         op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
@@ -212,9 +217,8 @@ def _build_topology(graph: Graph) -> Topology:
     for k, ps in enumerate(preds):
         for p in ps:
             succs[p].append(k)
-    op_storages = tuple(
-        _distinct([storage_of[t] for t in (*ins, *outs)]) for ins, outs in zip(op_inputs, op_outputs)
-    )
+    at = storage_of.__getitem__
+    op_storages = _all_distinct([tuple(map(at, ins + outs)) for ins, outs in zip(op_inputs, op_outputs)])
     outputs = set()
     for name in graph.output_names:
         outputs.add(storage_of[tensor_index[name]])
@@ -241,6 +245,11 @@ def _build_topology(graph: Graph) -> Topology:
 def _distinct(ids: Sequence[int]) -> tuple[int, ...]:
     """``ids`` without repeats, first occurrences in order."""
     return tuple(ids) if len(ids) < 2 or len(set(ids)) == len(ids) else tuple(dict.fromkeys(ids))
+
+
+def _all_distinct(rows: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    """``_distinct`` of every row, without a call per row that has no repeats (nearly all of them)."""
+    return tuple([row if len(row) < 2 or len(set(row)) == len(row) else tuple(dict.fromkeys(row)) for row in rows])
 
 
 def _unique_index(names: Iterable[str], what: str) -> dict[str, int]:
@@ -380,6 +389,15 @@ def is_pure_view(graph: Graph, k: int) -> bool:
 
 
 def with_dynamic_grads(graph: Graph) -> Graph:
+    """``graph`` with its parameters' gradients dynamic, as eager PyTorch holds ``.grad`` (``_dynamic_grads``).
+
+    Made once per graph and kept beside its topology: the planner, the timeline and the
+    executor each ask for it, and a 100k-op graph takes a second to rewrite.
+    """
+    return graph.dynamic_grads
+
+
+def _dynamic_grads(graph: Graph) -> Graph:
     """``graph`` with its parameters' gradients dynamic, as eager PyTorch holds ``.grad``.
 
     A parameter's gradient is static because of its ``grad_of`` link (module

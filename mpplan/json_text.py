@@ -76,19 +76,32 @@ def _encode(value: Any, pieces: list[str], newline: str, flat: dict[str, Callabl
         text = encode(value)
         pieces.append(text[0] + inner + text[1:-1] + newline + text[-1])
         return
+    # Items that are themselves non-empty dicts of scalars (a plan's buffers: 100k of them) are
+    # written here, each in one C call, without a recursive call per item.
+    deeper = inner + " "
+    encode = flat.get(deeper)
+    if encode is None:
+        encode = flat[deeper] = _flat_encoder("," + deeper)
     if kind is dict:
         separator = "{" + inner
         for key, item in value.items():
             if type(key) is not str:
                 raise _Unusual
-            pieces.append(separator + encode_basestring_ascii(key) + ": ")
-            _encode(item, pieces, inner, flat)
+            if type(item) is dict and item and _SCALARS.issuperset(map(type, item.values())):
+                text = encode(item)
+                pieces.append(f"{separator}{encode_basestring_ascii(key)}: {{{deeper}{text[1:-1]}{inner}}}")
+            else:
+                pieces.append(separator + encode_basestring_ascii(key) + ": ")
+                _encode(item, pieces, inner, flat)
             separator = "," + inner
         pieces.append(newline + "}")
     else:
         separator = "[" + inner
         for item in value:
-            pieces.append(separator)
-            _encode(item, pieces, inner, flat)
+            if type(item) is dict and item and _SCALARS.issuperset(map(type, item.values())):
+                pieces.append(f"{separator}{{{deeper}{encode(item)[1:-1]}{inner}}}")
+            else:
+                pieces.append(separator)
+                _encode(item, pieces, inner, flat)
             separator = "," + inner
         pieces.append(newline + "]")

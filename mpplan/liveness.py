@@ -66,21 +66,33 @@ def live_ranges(graph: Graph, order: Sequence[int], storages: frozenset[int] | N
     static bytes are then summed over the same subset.
     """
     topo = graph.topology
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
+    first, last = spans(graph, order)
+    wanted = topo.storages if storages is None else sorted(storages)
+    nbytes, is_static = topo.nbytes, topo.is_static
+    ranges = tuple([
+        LiveRange(s, nbytes[s], first[s], last[s]) for s in wanted if first[s] >= 0 and not is_static[s]
+    ])
+    static = sum(nbytes[s] for s in wanted if is_static[s] and first[s] >= 0)
+    return Liveness(ranges=ranges, static_bytes=static, num_steps=len(order))
+
+
+def spans(graph: Graph, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The first and last step of every storage under ``order``, indexed by tensor id (-1: never touched).
+
+    What ``live_ranges`` holds as ``LiveRange`` records, as two plain lists: the simulator's
+    per-step profile needs no record per storage (graph outputs, too, live to the final step).
+    """
+    topo = graph.topology
+    first = [-1] * len(topo.storage_of)
+    last = first.copy()
+    op_storages = topo.op_storages
     for step, k in enumerate(order):
-        for s in topo.op_storages[k]:
-            first.setdefault(s, step)
+        for s in op_storages[k]:
+            if first[s] < 0:
+                first[s] = step
             last[s] = step
     end = len(order) - 1
     for s in topo.output_storages:
-        if s in first:
+        if first[s] >= 0:
             last[s] = end
-    wanted = topo.storages if storages is None else sorted(storages)
-    ranges = tuple(
-        LiveRange(s, topo.nbytes[s], first[s], last[s])
-        for s in wanted
-        if not topo.is_static[s] and s in first
-    )
-    static = sum(topo.nbytes[s] for s in wanted if topo.is_static[s] and s in first)
-    return Liveness(ranges=ranges, static_bytes=static, num_steps=len(order))
+    return first, last

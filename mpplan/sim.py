@@ -7,10 +7,11 @@ from below.  Schedulers score candidate orders with ``order_load``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Sequence
 
 from mpplan.graph import Graph
-from mpplan.liveness import LiveRange, live_ranges
+from mpplan.liveness import LiveRange, spans
 
 
 def live_profile(ranges: Iterable[LiveRange], num_steps: int) -> list[int]:
@@ -33,8 +34,20 @@ def load(ranges: Iterable[LiveRange], num_steps: int) -> int:
 
 def order_load(graph: Graph, order: Sequence[int]) -> int:
     """LOAD of ``order`` with every storage freed right after its last use."""
-    liveness = live_ranges(graph, order)
-    return load(liveness.ranges, liveness.num_steps)
+    return max(order_profile(graph, order), default=0)
+
+
+def order_profile(graph: Graph, order: Sequence[int]) -> list[int]:
+    """Live dynamic bytes at each step of ``order``: ``live_profile`` of ``live_ranges(graph, order)``,
+    from the storages' first and last steps without a ``LiveRange`` record each."""
+    topo = graph.topology
+    first, last = spans(graph, order)
+    delta = [0] * (len(order) + 1)
+    for s, (begin, nbytes, static) in enumerate(zip(first, topo.nbytes, topo.is_static)):
+        if begin >= 0 and not static:  # touched, so a storage (ops touch storages, never their views)
+            delta[begin] += nbytes
+            delta[last[s] + 1] -= nbytes
+    return list(itertools.accumulate(delta[:-1]))
 
 
 def static_bytes(graph: Graph) -> int:

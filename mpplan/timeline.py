@@ -65,8 +65,7 @@ def timeline(graph: Graph, plan: Plan) -> Timeline:
         order = [index[name] for name in plan.schedule if name in index]
         if len(order) == len(steps_graph.ops) == len(plan.schedule):
             (device,) = plan.devices
-            ranges = live_ranges(steps_graph, order).ranges
-            profile = tuple(sim.live_profile(ranges, len(order)))
+            profile = tuple(sim.order_profile(steps_graph, order))
             line = DeviceTimeline(device.name, device.capacity_bytes, device.static_bytes, device.arena_bytes,
                                   profile, (0,) * len(order))
             return Timeline(tuple(plan.schedule), (line,))

@@ -276,6 +276,16 @@ def test_dynamic_grads_topology_is_the_rebuilt_one(g: Graph) -> None:
     assert dynamic.topology == _build_topology(Graph(dynamic.name, dynamic.tensors, dynamic.ops, dynamic.outputs))
 
 
+def test_dynamic_grads_are_made_once_per_graph() -> None:
+    """The planner and the timeline both ask for the dynamic-grads graph: the second asks get the first's."""
+    g = Graph("g", (Tensor("w", 8, Kind.PARAM), Tensor("gw", 8, Kind.GRAD, grad_of="w")),
+              (Op("back", "f", ("w",), ("gw",)),))
+    dynamic = with_dynamic_grads(g)
+    assert with_dynamic_grads(g) is dynamic
+    assert with_dynamic_grads(Graph(g.name, g.tensors, g.ops, g.outputs)) is not dynamic  # kept per graph object
+    assert dynamic.tensors[1].grad_of is None and dynamic.outputs == ("gw",)
+
+
 @settings(max_examples=100, deadline=None)
 @given(graphs(max_ops=10))
 def test_content_hash_is_the_documented_payload(g: Graph) -> None:

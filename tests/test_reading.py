@@ -144,3 +144,39 @@ def test_read_document_names_the_path_in_the_callers_error(tmp_path):
     assert str(caught.value) == f"{bad}: line 2, column 1: key 'a' is given twice in one mapping"
     with pytest.raises(ConfigError, match="cannot read: Is a directory"):
         read_document(tmp_path, load_yaml, ConfigError)
+
+
+def _pairs_text(value) -> str:
+    """JSON text of ``value``, where a mapping is written from a list of (key, value) pairs, repeats kept."""
+    if isinstance(value, tuple):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_pairs_text(v)}" for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_pairs_text, value)) + "]"
+    return json.dumps(value)
+
+
+pair_keys = st.text(alphabet='ab:"\\{', max_size=3)  # colons, quotes and escapes inside keys too
+pair_docs = st.recursive(
+    st.integers() | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.lists(st.tuples(pair_keys, inner), max_size=3).map(tuple),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(pair_docs)
+def test_json_without_the_hook_reads_and_refuses_what_the_checking_parse_does(doc):
+    """``load_json`` parses without the duplicate-key hook when the key count shows no repeat: same
+    value, and a key given twice at any depth (even one holding colons or escapes) is still refused."""
+    from mpplan.reading import _checked_json
+
+    text = _pairs_text(doc)
+    try:
+        expected = _checked_json(text)
+    except DocumentError as exc:
+        with pytest.raises(DocumentError, match="given twice"):
+            load_json(text)
+        assert "given twice" in str(exc)
+        return
+    if _depth(expected) <= MAX_DEPTH:
+        assert load_json(text) == expected

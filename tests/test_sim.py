@@ -1,0 +1,65 @@
+"""The peak simulator's fast paths against the records they stand for, on random graphs."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mpplan import sim
+from mpplan.graph import Graph
+from mpplan.liveness import live_ranges, spans
+from strategies import graphs
+
+
+def _random_order(graph: Graph, seed: int) -> list[int]:
+    """A random topological order of ``graph`` (Kahn's algorithm, picking a ready op at random)."""
+    topo = graph.topology
+    rng = random.Random(seed)
+    waiting = [len(ps) for ps in topo.preds]
+    ready = [k for k, n in enumerate(waiting) if n == 0]
+    order = []
+    while ready:
+        k = ready.pop(rng.randrange(len(ready)))
+        order.append(k)
+        for j in topo.succs[k]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    return order
+
+
+def _brute_spans(graph: Graph, order: list[int]) -> dict[int, tuple[int, int]]:
+    """First and last step of each touched storage, straight from the memory semantics."""
+    topo = graph.topology
+    steps: dict[int, list[int]] = {}
+    for step, k in enumerate(order):
+        for t in (*topo.op_inputs[k], *topo.op_outputs[k]):
+            steps.setdefault(topo.storage_of[t], []).append(step)
+    end = len(order) - 1
+    return {s: (min(at), end if s in topo.output_storages else max(at)) for s, at in steps.items()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(max_ops=14), st.integers(0, 2**16))
+def test_spans_and_ranges_follow_the_semantics(graph: Graph, seed: int) -> None:
+    order = _random_order(graph, seed)
+    expected = _brute_spans(graph, order)
+    first, last = spans(graph, order)
+    assert {s: (first[s], last[s]) for s in range(len(first)) if first[s] >= 0} == expected
+    topo = graph.topology
+    liveness = live_ranges(graph, order)
+    assert [(r.storage, r.first, r.last) for r in liveness.ranges] == [
+        (s, *expected[s]) for s in sorted(expected) if not topo.is_static[s]
+    ]
+    assert liveness.static_bytes == sum(topo.nbytes[s] for s in expected if topo.is_static[s])
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(max_ops=14), st.integers(0, 2**16))
+def test_order_profile_is_the_profile_of_the_live_ranges(graph: Graph, seed: int) -> None:
+    order = _random_order(graph, seed)
+    ranges = live_ranges(graph, order).ranges
+    assert sim.order_profile(graph, order) == sim.live_profile(ranges, len(order))
+    assert sim.order_load(graph, order) == sim.load(ranges, len(order))
