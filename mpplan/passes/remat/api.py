@@ -4,8 +4,8 @@ the rewritten graph (the package docstring describes the policies)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpplan import sim
@@ -41,7 +41,8 @@ class RematResult:
     ``scipy-highs``), ``optimal`` whether the added cost is proved least, ``bound``
     a proved lower bound on the added cost and ``gap`` = (cost - bound) / cost
     (``None`` when nothing bounds it), ``seconds`` the time taken, ``note`` why a
-    solver was not used or stopped early.
+    solver was not used or stopped early.  ``from_ops`` maps each tensor whose late
+    region a solver placed to the op it starts at (``RematRecord.from_op``).
     """
 
     graph: Graph
@@ -60,10 +61,11 @@ class RematResult:
     gap: float | None = None
     seconds: float = 0.0
     note: str = ""
+    from_ops: Mapping[str, str] = field(default_factory=dict)
 
     def plan_records(self) -> tuple[dict[str, Any], ...]:
         """``records_of`` the rewritten graph, for ``Plan.remat``."""
-        return records_of(self.graph)
+        return records_of(self.graph, self.from_ops)
 
 
 
@@ -80,25 +82,28 @@ class RematInfeasibleError(InfeasibleError):
         self.plan = plan
 
 
-def records_of(graph: Graph) -> tuple[dict[str, Any], ...]:
+def records_of(graph: Graph, from_ops: Mapping[str, str] | None = None) -> tuple[dict[str, Any], ...]:
     """One record per recomputed tensor of ``graph``: the tensor, the op that made it (for
     a later round, the recompute it repeats: ``repeated_op``), the recompute op and
-    tensor that replace it late, and its bytes."""
+    tensor that replace it late, its bytes, and ``from_op`` where ``from_ops`` places
+    the tensor's late region."""
+    from_ops = from_ops or {}
     records = []
     for op in graph.ops:
         if op.recompute_of is None or graph.tensor(op.outputs[0]).alias_of is not None:
             continue
         original = graph.op(repeated_op(op.name))
         for old, new in zip(original.outputs, op.outputs):
-            records.append(
-                {
-                    "tensor": old,
-                    "op": original.name,
-                    "recompute_op": op.name,
-                    "recompute_tensor": new,
-                    "bytes": graph.tensor(new).nbytes,
-                }
-            )
+            record = {
+                "tensor": old,
+                "op": original.name,
+                "recompute_op": op.name,
+                "recompute_tensor": new,
+                "bytes": graph.tensor(new).nbytes,
+            }
+            if old in from_ops:
+                record["from_op"] = from_ops[old]
+            records.append(record)
     return tuple(records)
 
 
@@ -205,17 +210,18 @@ def resolve_budget(budget: float | str, baseline: int) -> int:
 
 
 def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, clock: float,
-              **fields: Any) -> RematResult:
-    """The ``RematResult`` of ``apply_recompute(graph, ops)`` (later rounds included),
-    measured as ``remat`` measures; ``fields`` fill the solver's fields."""
+              *, from_ops: Mapping[str, str] | None = None, **fields: Any) -> RematResult:
+    """The ``RematResult`` of ``apply_recompute(graph, ops, from_ops)`` (later rounds
+    included), measured as ``remat`` measures; ``fields`` fill the solver's fields."""
     ops = tuple(dict.fromkeys(ops))
     if not ops:
         return _unchanged(graph, policy, baseline, clock, **fields)
     present = {op.name for op in graph.ops}
-    if all(name in present for name in ops):
+    if not from_ops and all(name in present for name in ops):
         model = build_model(graph)
         return _result(model, policy, candidate_indices(model, ops), baseline, clock, **fields)
-    rewritten = apply_recompute(graph, ops)
+    from_ops = dict(from_ops or {})
+    rewritten = apply_recompute(graph, ops, from_ops)
     added = tuple(op for op in rewritten.ops if op.name not in present)
     added_cost = sum(op.cost for op in added)
     total = sum(op.cost for op in graph.ops)
@@ -229,6 +235,7 @@ def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, cloc
         peak_bytes=sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))),
         baseline_peak_bytes=baseline,
         seconds=round(time.perf_counter() - clock, 6),
+        from_ops=from_ops,
         **fields,
     )
 
