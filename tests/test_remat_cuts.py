@@ -9,16 +9,21 @@ stretch and nothing goes under 410 bytes; cutting before ``D`` instead reaches 3
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mpplan import sim
+from mpplan.capture import synthetic
 from mpplan.config import Device
-from mpplan.errors import ConfigError, VerificationError
+from mpplan.errors import ConfigError, InfeasibleError, VerificationError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import apply_recompute
+from mpplan.passes.remat import MIN_GAP, apply_recompute, build_model, remat
 from mpplan.passes.remat.api import RematResult, result_of
+from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.plan import Plan, RematRecord, load_plan, save_plan
 from mpplan.planner import PlannerSettings, plan, rematerialised
 from mpplan.verify import verify
@@ -143,3 +148,86 @@ def test_a_cut_plan_of_a_torch_model_runs_exactly_and_matches_eager(arena: bool)
     m = evaluate_program(program, made, model, inputs, steps=1, warmup=0, arena=arena, devices="virtual")
     assert m.exact, [(d.name, d.predicted_peak_bytes, d.measured_peak_bytes) for d in m.devices]
     assert m.numerics is not None and m.numerics.ok, m.numerics
+
+
+def test_the_budget_policy_chooses_the_cut_and_the_planner_records_it() -> None:
+    graph = uneven()
+    with pytest.raises(InfeasibleError):
+        remat(graph, "budget", budget=320, rounds=False)  # one recompute at the rule's cut: 410
+    r = remat(graph, "budget", budget=320)
+    assert (r.peak_bytes, r.recompute_ops, dict(r.from_ops), r.added_cost) == (310, ("A@recompute",), {"a": "D"}, 1.0)
+    made = plan(graph, [Device("cuda:0", 1 << 30)], PlannerSettings(remat="budget", remat_budget=320,
+                                                                      schedule="as_given", alignment=1))
+    assert made.max_peak_bytes <= 320 and [r.get("from_op") for r in made.remat] == ["D"]
+    verify(graph, made)
+
+
+def cut_options(graph: Graph, op: str) -> list[dict[str, str]]:
+    """Every placement of the late regions of ``op``'s outputs: each output's late region
+    starts at any of its readers that follows an idle gap of ``MIN_GAP`` steps or more."""
+    topo = graph.topology
+    per_output = []
+    for out in graph.op(op).outputs:
+        storage = topo.storage_of[topo.tensor_index[out]]
+        uses = [k for k in range(len(graph.ops)) if storage in topo.op_storages[k]]
+        starts = [b for a, b in itertools.pairwise(uses) if b - a >= MIN_GAP
+                  and storage in {topo.storage_of[t] for t in topo.op_inputs[b]}]
+        per_output.append([(out, graph.ops[b].name) for b in starts] or [None])
+    return [dict(x for x in combo if x is not None) for combo in itertools.product(*per_output)]
+
+
+def least_cut_cost(graph: Graph, budget: int) -> float | None:
+    """Brute force: the least added cost of any set of recomputes, each output cut at any
+    of its gaps, whose rewrite fits ``budget`` (``None``: none fits)."""
+    names = build_model(graph).candidate_names()
+    options = [[None, *cut_options(graph, name)] for name in names]
+    best = None
+    for combo in itertools.product(*options):
+        ops = [name for name, cut in zip(names, combo) if cut is not None]
+        from_ops = {t: o for cut in combo if cut is not None for t, o in cut.items()}
+        try:
+            rewritten = apply_recompute(graph, ops, from_ops)
+        except ConfigError:
+            continue  # a cut before which nothing reads late: not a recompute the model makes
+        if peak(rewritten) <= budget:
+            cost = sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+@st.composite
+def gapped_graphs(draw: st.DrawFn) -> Graph:
+    """``uneven`` at random: two kept tensors ``a`` and ``b`` read across two to four
+    stretches, each holding a temporary of random bytes; each stretch's reader reads a
+    random part of them (a tensor read late across several gaps)."""
+    tensors = [Tensor("x", 8, Kind.INPUT), Tensor("a", draw(st.integers(50, 200))),
+               Tensor("b", draw(st.integers(50, 200)))]
+    ops = [Op("A", "f", ("x",), ("a",), draw(st.sampled_from([1.0, 2.0]))),
+           Op("B", "f", ("a",), ("b",), draw(st.sampled_from([1.0, 2.0])))]
+    last = "b"
+    for i in range(draw(st.integers(2, 4))):
+        tensors += [Tensor(f"big{i}", draw(st.integers(10, 400))), Tensor(f"q{i}", 1), Tensor(f"c{i}", 1)]
+        kept = draw(st.sampled_from([("a",), ("b",), ("a", "b")]))
+        ops += [Op(f"P{i}", "f", ("x",), (f"big{i}",), 1.0), Op(f"Q{i}", "f", (f"big{i}",), (f"q{i}",), 1.0),
+                Op(f"R{i}", "f", (*kept, f"q{i}", last), (f"c{i}",), 1.0)]
+        last = f"c{i}"
+    tensors.append(Tensor("out", 1, Kind.OUTPUT))
+    ops.append(Op("OUT", "f", ("a", "b", last), ("out",), 1.0))
+    return Graph("gapped", tuple(tensors), tuple(ops), ("out",)).validate()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.4, 0.95))
+def test_cut_fits_fit_and_never_beat_brute_force_over_every_cut(graph: Graph, fraction: float) -> None:
+    """The cut solvers' answers fit, rebuild from their cut points, and cost at least the
+    least cost of the brute force over every subset and every cut: the exact reference."""
+    budget = int(fraction * peak(graph))
+    exact = least_cut_cost(graph, budget)
+    model = build_model(graph)
+    for found in (fit_cuts(model, budget, "exact", 10.0, beat=float("inf")), fit_least_cuts(model, budget)):
+        if found is None:
+            continue
+        rewritten = apply_recompute(graph, found.names, found.from_ops)
+        assert peak(rewritten) <= budget
+        assert exact is not None and found.cost >= exact - 1e-9
+        assert sum(op.cost for op in rewritten.ops if op.recompute_of is not None) == pytest.approx(found.cost)

@@ -12,6 +12,7 @@ from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
+from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
@@ -127,9 +128,11 @@ def remat(
     such as ``"16GiB"``) is what ``budget`` fits; ``solver`` is ``auto``,
     ``heuristic`` or ``exact``; ``time_limit_s`` caps the budget search: the exact
     solver, and the heuristic's extra starts and local search (its first greedy
-    pass always runs to the end); ``rounds`` lets the budget policy try a second round
-    of recomputes on graphs without a backward pass (``mpplan.passes.remat.rounds``),
-    in the time the first left, or when one round cannot fit.  Raises ``ConfigError``
+    pass always runs to the end); ``rounds`` lets the budget policy recompute a tensor
+    more than once on graphs without a backward pass: one round at the rule's cuts gets a
+    third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
+    second round (``mpplan.passes.remat.rounds``) compete in the time left, or step in
+    when one round at the rule's cuts cannot fit.  Raises ``ConfigError``
     for a bad argument and ``InfeasibleError``
     (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
     recomputes fits the budget.
@@ -162,30 +165,50 @@ def remat(
     if limit >= baseline:
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
-    try:  # a graph without backward may then try a second round (``rounds``) in the time left
-        fit = fit_budget(model, limit, solver, time_limit_s, clock)
+    several = rounds and not model.training  # recompute a tensor more than once: cuts, then rounds
+    try:
+        fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock)
+        result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
+                         optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
+        label = fit.solver
     except BudgetInfeasibleError as exc:
         left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
-        more = None if model.training or not rounds else fit_least_rounds(model, limit, left)
-        if more is not None:
-            multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit,
-                              solver=f"{solver}+rounds", note="two rounds of recomputes; one round does not fit")
-            if multi.peak_bytes <= limit:
-                return multi
-        best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
-                       note="the budget is infeasible: the least peak found")
-        raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
-    result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
-                     optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
-    left = time_limit_s - (time.perf_counter() - clock)
-    if model.training or not rounds or left <= 0 or not result.added_cost:
-        return result
-    more = fit_rounds(model, limit, solver, left, beat=result.added_cost)
-    if more is None:
-        return result
-    multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit, solver=f"{fit.solver}+rounds",
-                      note=f"two rounds of recomputes; one round costs {result.added_cost:g}")
-    return multi if multi.peak_bytes <= limit and multi.added_cost < result.added_cost else result
+        least = _least_several(model, limit, policy, baseline, clock, solver, left) if several else None
+        if least is None:
+            best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
+                           note="the budget is infeasible: the least peak found")
+            raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
+        result, label = least, solver
+    for kind in ("cuts", "rounds") if several else ():  # cheaper answers in the time left
+        left = time_limit_s - (time.perf_counter() - clock)
+        if left <= 0 or not result.added_cost:
+            break
+        beat = result.added_cost
+        found = (fit_cuts(model, limit, solver, left / 2, beat=beat) if kind == "cuts"
+                 else fit_rounds(model, limit, solver, left, beat=beat))
+        if found is None:
+            continue
+        multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,
+                          solver=f"{label}+{kind}", note=f"{kind}; the answer before costs {beat:g}")
+        if multi.peak_bytes <= limit and multi.added_cost < result.added_cost:
+            result = multi
+    return result
+
+
+def _least_several(model: RematModel, limit: int, policy: str, baseline: int, clock: float, solver: str,
+                   time_limit_s: float) -> RematResult | None:
+    """A fit of ``limit`` by two rounds or by cut points, each aimed at targets that do not
+    depend on ``limit`` (so a budget is refused only under their least peaks), or ``None``."""
+    for kind in ("rounds", "cuts"):
+        more = fit_least_rounds(model, limit, time_limit_s) if kind == "rounds" else fit_least_cuts(model, limit)
+        if more is None:
+            continue
+        multi = result_of(model.graph, more.names, policy, baseline, clock, from_ops=more.from_ops,
+                          budget_bytes=limit, solver=f"{solver}+{kind}",
+                          note=f"{kind}: one round at the rule's cuts does not fit")
+        if multi.peak_bytes <= limit:
+            return multi
+    return None
 
 
 def resolve_budget(budget: float | str, baseline: int) -> int:
