@@ -37,7 +37,7 @@ from mpplan.passes.remat.model import MIN_GAP, RematModel, build_model
 __all__ = ["BUDGET_FLOORS", "GRAPH_FLOORS", "CutFit", "fit_cuts", "fit_least_cuts", "gap_cuts", "step_weights"]
 
 #: ``fit_cuts``: floors as fractions of the budget's dynamic bytes.
-BUDGET_FLOORS = (1.0, 0.9, 0.8)
+BUDGET_FLOORS = (0.9, 1.0, 0.8)
 
 #: ``fit_least_cuts``: floors as fractions of the no-remat LOAD.
 GRAPH_FLOORS = (0.0, 0.6, 0.7, 0.8)
@@ -99,18 +99,22 @@ def fit_cuts(model: RematModel, limit: int, solver: str, time_limit_s: float, *,
     deadline = time.perf_counter() + time_limit_s
     dyn = limit - model.static_bytes
     best: CutFit | None = None
+    took = 0.0  # the last fit's seconds: a fit's first greedy pass runs to its end, whatever the limit
     for i, level in enumerate(BUDGET_FLOORS):
-        left = (deadline - time.perf_counter()) / (len(BUDGET_FLOORS) - i)
-        if left <= 0:
+        start = time.perf_counter()
+        left = deadline - start
+        if left <= took:
             break
         cuts = gap_cuts(model, step_weights(model, int(level * dyn)))
         if not cuts:
             continue
         cut_model = build_model(model.graph, cuts=cuts)
         try:
-            chosen = fit_budget(cut_model, limit, solver, left, time.perf_counter()).chosen
+            chosen = fit_budget(cut_model, limit, solver, left / (len(BUDGET_FLOORS) - i), start).chosen
         except InfeasibleError:
             continue
+        finally:
+            took = time.perf_counter() - start
         found = _cut_fit(cut_model, chosen, cuts)
         if found.cost < (beat if best is None else min(beat, best.cost)):
             best = found
