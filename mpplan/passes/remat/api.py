@@ -131,8 +131,9 @@ def remat(
     pass always runs to the end); ``rounds`` lets the budget policy recompute a tensor
     more than once on graphs without a backward pass: one round at the rule's cuts gets a
     third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
-    second round (``mpplan.passes.remat.rounds``) compete in the time left, or step in
-    when one round at the rule's cuts cannot fit.  Raises ``ConfigError``
+    second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
+    when that covers the fits it makes, timed as the first), or step in when one round
+    at the rule's cuts cannot fit.  Raises ``ConfigError``
     for a bad argument and ``InfeasibleError``
     (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
     recomputes fits the budget.
@@ -179,9 +180,10 @@ def remat(
                            note="the budget is infeasible: the least peak found")
             raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
         result, label = least, solver
+    took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
     for kind in ("cuts", "rounds") if several else ():  # cheaper answers in the time left
         left = time_limit_s - (time.perf_counter() - clock)
-        if left <= 0 or not result.added_cost:
+        if left < took * (1 if kind == "cuts" else 2) or not result.added_cost:  # rounds fit twice
             break
         beat = result.added_cost
         found = (fit_cuts(model, limit, solver, left / 2, beat=beat) if kind == "cuts"
