@@ -11,8 +11,10 @@ A plan file is untrusted input: ``from_mapping`` checks each known key's type an
 absent (the verifier supplies its defaults), and keys this version does not know are kept.
 
 >>> record = RematRecord("h", "relu", "relu@recompute", "h@recompute", 64)
->>> record["op"], record.bytes, dict(record) == record.to_dict()
-('relu', 64, True)
+>>> record["op"], record.bytes, dict(record) == record.to_dict(), record.from_op
+('relu', 64, True, None)
+>>> RematRecord.from_mapping({**record, "from_op": "mul"}).to_dict()["from_op"]
+'mul'
 >>> settings = PlanSettings.from_mapping({"alignment": 64, "grads": "dynamic", "future_knob": 1})
 >>> settings.alignment, settings.get("parallel_safe", False), list(settings)
 (64, False, ['alignment', 'grads', 'future_knob'])
@@ -33,7 +35,13 @@ class RematRecord(Mapping[str, Any]):
     """One recomputed tensor: ``op`` made ``tensor``; ``recompute_op`` makes ``recompute_tensor`` again, late.
 
     A later round's record names a recompute op as ``op`` (``F@recompute``): it repeats
-    that recompute.  ``bytes`` is the recomputed tensor's size.  Equal to its dict form.
+    that recompute.  ``bytes`` is the recomputed tensor's size.  ``from_op``, when
+    stated, is the op of the round's graph from which on readers of ``tensor`` read
+    ``recompute_tensor`` (the start of its late region, chosen by the solver); absent, the
+    late region starts where the remat model's rule puts it (the first backward op, or the
+    tensor's largest gap), as in plans made before the field.  Several records of one
+    tensor, over successive rounds, keep it over several retention intervals.  Equal to
+    its dict form, which states ``from_op`` only when set (older plans keep their bytes).
     """
 
     tensor: str
@@ -41,6 +49,7 @@ class RematRecord(Mapping[str, Any]):
     recompute_op: str
     recompute_tensor: str
     bytes: int
+    from_op: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<plan>", where: str = "remat[]") -> RematRecord:
@@ -56,28 +65,34 @@ class RematRecord(Mapping[str, Any]):
         values = {}
         for name in names:
             if name not in data:
+                if name in _OPTIONAL_KEYS:
+                    continue
                 raise PlanError(f"{source}: {where}.{name}: missing")
             values[name] = _checked(data[name], int if name == "bytes" else str, source, f"{where}.{name}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``plan.json`` form."""
-        return {"tensor": self.tensor, "op": self.op, "recompute_op": self.recompute_op,
-                "recompute_tensor": self.recompute_tensor, "bytes": self.bytes}
+        return {key: getattr(self, key) for key in self._keys()}
+
+    def _keys(self) -> tuple[str, ...]:
+        return _REMAT_KEYS if self.from_op is None else (*_REMAT_KEYS, *_OPTIONAL_KEYS)
 
     def __getitem__(self, key: str) -> Any:
-        if key not in _REMAT_KEYS:
+        if key not in self._keys():
             raise KeyError(key)
         return getattr(self, key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_REMAT_KEYS)
+        return iter(self._keys())
 
     def __len__(self) -> int:
-        return len(_REMAT_KEYS)
+        return len(self._keys())
 
 
 _REMAT_KEYS = ("tensor", "op", "recompute_op", "recompute_tensor", "bytes")
+#: Keys a record states only when set.
+_OPTIONAL_KEYS = ("from_op",)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

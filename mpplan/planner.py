@@ -312,7 +312,8 @@ def rematerialised(graph: Graph, plan_: Plan) -> Graph:
     graph = memory_model(graph, str(plan_.settings.get("grads", "static")))
     if not plan_.remat:
         return graph
-    return apply_recompute(graph, dict.fromkeys(r["op"] for r in plan_.remat))
+    from_ops = {r.tensor: r.from_op for r in plan_.remat if r.from_op is not None}
+    return apply_recompute(graph, dict.fromkeys(r.op for r in plan_.remat), from_ops)
 
 
 def placed_graph(graph: Graph, plan_: Plan) -> Placed:

@@ -82,6 +82,8 @@ def test_an_old_or_hand_written_settings_mapping_loads_and_saves_as_it_was(remat
          "remat[0].bytes: expected an integer, got '8'"),
         ("remat", [{"tensor": "t", "op": "o", "recompute_op": "r", "recompute_tensor": "s", "bytes": 8, "x": 1}],
          "remat[0].x: unknown key"),
+        ("remat", [{"tensor": "t", "op": "o", "recompute_op": "r", "recompute_tensor": "s", "bytes": 8, "from_op": 3}],
+         "remat[0].from_op: expected a string, got 3"),
     ],
 )
 def test_a_malformed_record_is_a_plan_error_naming_the_file_and_field(rematted, tmp_path, where, value, message):

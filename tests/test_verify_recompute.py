@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, device
 from mpplan.capture import synthetic
-from mpplan.errors import VerificationError
+from mpplan.errors import ConfigError, VerificationError
 from mpplan.graph import Graph
 from mpplan.plan import Plan
 from mpplan.passes.remat import apply_recompute, recomputable
@@ -35,15 +35,17 @@ GRAPHS = {
 }
 
 
-def _records(graph: Graph, rewritten: Graph) -> Plan:
-    """A plan holding just what ``with_recomputes`` reads: the remat records of the pass's rewrite."""
+def _records(graph: Graph, rewritten: Graph, from_ops: dict[str, str] | None = None) -> Plan:
+    """A plan holding just what ``with_recomputes`` reads: the remat records of the pass's
+    rewrite, with ``from_op`` for the tensors ``from_ops`` cuts."""
     tensors = {t.name: t for t in rewritten.tensors}
     ops = {o.name: o for o in graph.ops}
+    cuts = from_ops or {}
     return Plan(
         graph.name, graph.content_hash, (), (), {}, {},
         remat=tuple(
             {"tensor": old, "op": op.recompute_of, "recompute_op": op.name, "recompute_tensor": new,
-             "bytes": tensors[new].nbytes}
+             "bytes": tensors[new].nbytes, **({"from_op": cuts[old]} if old in cuts else {})}
             for op in rewritten.ops
             if op.recompute_of is not None and tensors[op.outputs[0]].alias_of is None
             for old, new in zip(ops[op.recompute_of].outputs, op.outputs)
@@ -85,6 +87,29 @@ def test_random_dags_with_views_match_the_pass(graph: Graph, data: st.DataObject
     candidates = list(recomputable(graph))
     chosen = data.draw(st.lists(st.sampled_from(candidates), unique=True)) if candidates else []
     check_subset(graph, chosen)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(GRAPHS)), st.data())
+def test_random_cut_points_match_the_pass(name: str, data: st.DataObject) -> None:
+    """Each chosen op's outputs cut at a random later reader (``from_op``)."""
+    graph = GRAPHS[name]()
+    topo = graph.topology
+    chosen = data.draw(st.lists(st.sampled_from(list(recomputable(graph))), min_size=1, max_size=4, unique=True))
+    from_ops = {}
+    for op in chosen:
+        k = topo.op_index[op]
+        for out in graph.op(op).outputs:
+            s = topo.storage_of[topo.tensor_index[out]]
+            readers = [graph.ops[r].name for r in range(k + 1, len(graph.ops))
+                       if s in {topo.storage_of[t] for t in topo.op_inputs[r]}]
+            if readers:
+                from_ops[out] = data.draw(st.sampled_from(readers))
+    try:
+        expected = apply_recompute(graph, chosen, from_ops)
+    except ConfigError:
+        assume(False)  # a cut that makes the op unrecomputable (nothing late, or an input updated before it)
+    same_graph(with_recomputes(graph, _records(graph, expected, from_ops)), expected)
 
 
 def test_a_record_of_an_in_place_or_unknown_op_is_refused() -> None:

@@ -14,7 +14,8 @@ which it is untouched (at least ``MIN_GAP``).  A view of a recomputed tensor rea
 late is recreated: a view op made early is repeated as ``<V>@recompute`` on the
 recomputed base, a view without an op gets a new alias, and a view made late is
 re-pointed at the recomputed base.  Names that are taken get a counter
-(``t@recompute2``).
+(``t@recompute2``).  A record that states ``from_op`` moves its tensor's late region to
+start at that op, which must read the tensor after the op that makes it.
 
 On top of rebuilding it, ``with_recomputes`` checks that the rewrite preserves values:
 a recompute repeats a deterministic, not-in-place op; its outputs replace tensors that
@@ -73,7 +74,7 @@ def _round(graph: Graph, records: Sequence[Mapping[str, object]]) -> Graph:
         if op.in_place or any(word in op.type.lower() for word in _RANDOM) or op.backward_of is not None:
             _fail(f"remat: op {name!r} is not recomputable: in-place, random or a backward op")
         chosen[name] = None
-    rewritten = _Rewrite(graph, tensors, chosen).run()
+    rewritten = _Rewrite(graph, tensors, chosen, _stated_splits(graph, records)).run()
     new_ops = {o.name: o for o in rewritten.ops}
     new_tensors = {t.name: t for t in rewritten.tensors}
     for r in records:
@@ -95,13 +96,15 @@ def _round(graph: Graph, records: Sequence[Mapping[str, object]]) -> Graph:
 class _Rewrite:
     """One walk over the as-given order that emits each recompute right before its first late reader."""
 
-    def __init__(self, graph: Graph, tensors: Mapping[str, Tensor], chosen: Mapping[str, None]) -> None:
+    def __init__(
+        self, graph: Graph, tensors: Mapping[str, Tensor], chosen: Mapping[str, None], stated: Mapping[str, int]
+    ) -> None:
         self.graph, self.tensors = graph, tensors
         self.root = _roots(tensors)
         self.producer = {t: k for k, o in enumerate(graph.ops) for t in o.outputs if t not in o.inputs}
         recomputed = {self.root[t] for o in graph.ops if o.name in chosen for t in o.outputs}
         self.recomputed = recomputed
-        self.split = _splits(graph, self.root, recomputed)
+        self.split = {**_splits(graph, self.root, recomputed), **stated}
         self.taken_tensors = set(tensors)
         self.taken_ops = {o.name for o in graph.ops}
         self.late: dict[str, str] = {}  # tensor -> the name late readers use
@@ -167,6 +170,24 @@ class _Rewrite:
             name = f"{base}{SUFFIX}{k}"
         taken.add(name)
         return name
+
+
+def _stated_splits(graph: Graph, records: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    """Tensor -> the position of the ``from_op`` its record states: an op of ``graph`` after
+    the tensor's producer that reads the tensor (or a view of it)."""
+    position = {o.name: k for k, o in enumerate(graph.ops)}
+    root = _roots({t.name: t for t in graph.tensors})
+    stated = {}
+    for r in records:
+        start, tensor = r.get("from_op"), str(r.get("tensor"))
+        if start is None:
+            continue
+        at = position.get(str(start), -1)
+        made = position[str(r.get("op"))]
+        if at <= made or root[tensor] not in {root[t] for t in graph.ops[at].inputs}:
+            _fail(f"remat: from_op {start!r} of {tensor!r} is no op that reads it after {r.get('op')!r}")
+        stated[root[tensor]] = at
+    return stated
 
 
 def _splits(graph: Graph, root: Mapping[str, str], storages: set[str]) -> dict[str, int]:

@@ -18,7 +18,9 @@ Policies (``POLICIES``):
     fit ``budget`` bytes (an ``int``, or a ``float`` fraction of the no-remat peak,
     ``static + LOAD`` of the as-given order) with the least added op cost: a greedy
     heuristic over single and chained recomputes, or a MILP warm-started by it
-    (``mpplan.passes.remat.budget``).
+    (``mpplan.passes.remat.budget``); on graphs without a backward pass also with
+    late regions starting at cut points it chooses (``mpplan.passes.remat.cuts``,
+    recorded as ``from_op``) and in a second round (``mpplan.passes.remat.rounds``).
 
 All memory accounting is of the rewritten graph in its own as-given order, the
 order ``sim`` scores: ``peak = static + LOAD``.  A budget under the smallest peak any

@@ -4,14 +4,15 @@ the rewritten graph (the package docstring describes the policies)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
+from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
@@ -41,7 +42,8 @@ class RematResult:
     ``scipy-highs``), ``optimal`` whether the added cost is proved least, ``bound``
     a proved lower bound on the added cost and ``gap`` = (cost - bound) / cost
     (``None`` when nothing bounds it), ``seconds`` the time taken, ``note`` why a
-    solver was not used or stopped early.
+    solver was not used or stopped early.  ``from_ops`` maps each tensor whose late
+    region a solver placed to the op it starts at (``RematRecord.from_op``).
     """
 
     graph: Graph
@@ -60,10 +62,11 @@ class RematResult:
     gap: float | None = None
     seconds: float = 0.0
     note: str = ""
+    from_ops: Mapping[str, str] = field(default_factory=dict)
 
     def plan_records(self) -> tuple[dict[str, Any], ...]:
         """``records_of`` the rewritten graph, for ``Plan.remat``."""
-        return records_of(self.graph)
+        return records_of(self.graph, self.from_ops)
 
 
 
@@ -80,25 +83,28 @@ class RematInfeasibleError(InfeasibleError):
         self.plan = plan
 
 
-def records_of(graph: Graph) -> tuple[dict[str, Any], ...]:
+def records_of(graph: Graph, from_ops: Mapping[str, str] | None = None) -> tuple[dict[str, Any], ...]:
     """One record per recomputed tensor of ``graph``: the tensor, the op that made it (for
     a later round, the recompute it repeats: ``repeated_op``), the recompute op and
-    tensor that replace it late, and its bytes."""
+    tensor that replace it late, its bytes, and ``from_op`` where ``from_ops`` places
+    the tensor's late region."""
+    from_ops = from_ops or {}
     records = []
     for op in graph.ops:
         if op.recompute_of is None or graph.tensor(op.outputs[0]).alias_of is not None:
             continue
         original = graph.op(repeated_op(op.name))
         for old, new in zip(original.outputs, op.outputs):
-            records.append(
-                {
-                    "tensor": old,
-                    "op": original.name,
-                    "recompute_op": op.name,
-                    "recompute_tensor": new,
-                    "bytes": graph.tensor(new).nbytes,
-                }
-            )
+            record = {
+                "tensor": old,
+                "op": original.name,
+                "recompute_op": op.name,
+                "recompute_tensor": new,
+                "bytes": graph.tensor(new).nbytes,
+            }
+            if old in from_ops:
+                record["from_op"] = from_ops[old]
+            records.append(record)
     return tuple(records)
 
 
@@ -122,9 +128,12 @@ def remat(
     such as ``"16GiB"``) is what ``budget`` fits; ``solver`` is ``auto``,
     ``heuristic`` or ``exact``; ``time_limit_s`` caps the budget search: the exact
     solver, and the heuristic's extra starts and local search (its first greedy
-    pass always runs to the end); ``rounds`` lets the budget policy try a second round
-    of recomputes on graphs without a backward pass (``mpplan.passes.remat.rounds``),
-    in the time the first left, or when one round cannot fit.  Raises ``ConfigError``
+    pass always runs to the end); ``rounds`` lets the budget policy recompute a tensor
+    more than once on graphs without a backward pass: one round at the rule's cuts gets a
+    third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
+    second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
+    when that covers the fits it makes, timed as the first), or step in when one round
+    at the rule's cuts cannot fit.  Raises ``ConfigError``
     for a bad argument and ``InfeasibleError``
     (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
     recomputes fits the budget.
@@ -157,30 +166,51 @@ def remat(
     if limit >= baseline:
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
-    try:  # a graph without backward may then try a second round (``rounds``) in the time left
-        fit = fit_budget(model, limit, solver, time_limit_s, clock)
+    several = rounds and not model.training  # recompute a tensor more than once: cuts, then rounds
+    try:
+        fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock)
+        result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
+                         optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
+        label = fit.solver
     except BudgetInfeasibleError as exc:
         left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
-        more = None if model.training or not rounds else fit_least_rounds(model, limit, left)
-        if more is not None:
-            multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit,
-                              solver=f"{solver}+rounds", note="two rounds of recomputes; one round does not fit")
-            if multi.peak_bytes <= limit:
-                return multi
-        best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
-                       note="the budget is infeasible: the least peak found")
-        raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
-    result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
-                     optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
-    left = time_limit_s - (time.perf_counter() - clock)
-    if model.training or not rounds or left <= 0 or not result.added_cost:
-        return result
-    more = fit_rounds(model, limit, solver, left, beat=result.added_cost)
-    if more is None:
-        return result
-    multi = result_of(graph, more.names, policy, baseline, clock, budget_bytes=limit, solver=f"{fit.solver}+rounds",
-                      note=f"two rounds of recomputes; one round costs {result.added_cost:g}")
-    return multi if multi.peak_bytes <= limit and multi.added_cost < result.added_cost else result
+        least = _least_several(model, limit, policy, baseline, clock, solver, left) if several else None
+        if least is None:
+            best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
+                           note="the budget is infeasible: the least peak found")
+            raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
+        result, label = least, solver
+    took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
+    for kind in ("cuts", "rounds") if several else ():  # cheaper answers in the time left
+        left = time_limit_s - (time.perf_counter() - clock)
+        if left < took * (1 if kind == "cuts" else 2) or not result.added_cost:  # rounds fit twice
+            break
+        beat = result.added_cost
+        found = (fit_cuts(model, limit, solver, left / 2, beat=beat) if kind == "cuts"
+                 else fit_rounds(model, limit, solver, left, beat=beat))
+        if found is None:
+            continue
+        multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,
+                          solver=f"{label}+{kind}", note=f"{kind}; the answer before costs {beat:g}")
+        if multi.peak_bytes <= limit and multi.added_cost < result.added_cost:
+            result = multi
+    return result
+
+
+def _least_several(model: RematModel, limit: int, policy: str, baseline: int, clock: float, solver: str,
+                   time_limit_s: float) -> RematResult | None:
+    """A fit of ``limit`` by two rounds or by cut points, each aimed at targets that do not
+    depend on ``limit`` (so a budget is refused only under their least peaks), or ``None``."""
+    for kind in ("rounds", "cuts"):
+        more = fit_least_rounds(model, limit, time_limit_s) if kind == "rounds" else fit_least_cuts(model, limit)
+        if more is None:
+            continue
+        multi = result_of(model.graph, more.names, policy, baseline, clock, from_ops=more.from_ops,
+                          budget_bytes=limit, solver=f"{solver}+{kind}",
+                          note=f"{kind}: one round at the rule's cuts does not fit")
+        if multi.peak_bytes <= limit:
+            return multi
+    return None
 
 
 def resolve_budget(budget: float | str, baseline: int) -> int:
@@ -205,17 +235,18 @@ def resolve_budget(budget: float | str, baseline: int) -> int:
 
 
 def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, clock: float,
-              **fields: Any) -> RematResult:
-    """The ``RematResult`` of ``apply_recompute(graph, ops)`` (later rounds included),
-    measured as ``remat`` measures; ``fields`` fill the solver's fields."""
+              *, from_ops: Mapping[str, str] | None = None, **fields: Any) -> RematResult:
+    """The ``RematResult`` of ``apply_recompute(graph, ops, from_ops)`` (later rounds
+    included), measured as ``remat`` measures; ``fields`` fill the solver's fields."""
     ops = tuple(dict.fromkeys(ops))
     if not ops:
         return _unchanged(graph, policy, baseline, clock, **fields)
     present = {op.name for op in graph.ops}
-    if all(name in present for name in ops):
+    if not from_ops and all(name in present for name in ops):
         model = build_model(graph)
         return _result(model, policy, candidate_indices(model, ops), baseline, clock, **fields)
-    rewritten = apply_recompute(graph, ops)
+    from_ops = dict(from_ops or {})
+    rewritten = apply_recompute(graph, ops, from_ops)
     added = tuple(op for op in rewritten.ops if op.name not in present)
     added_cost = sum(op.cost for op in added)
     total = sum(op.cost for op in graph.ops)
@@ -229,6 +260,7 @@ def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, cloc
         peak_bytes=sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))),
         baseline_peak_bytes=baseline,
         seconds=round(time.perf_counter() - clock, 6),
+        from_ops=from_ops,
         **fields,
     )
 

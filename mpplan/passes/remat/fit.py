@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from mpplan import sim
 from mpplan.graph import Graph
@@ -173,10 +173,10 @@ def _planned(
     """Plan the rewrite of ``graph`` by the ops ``decided`` recomputes (decided on
     ``ordered``), in ``decided``'s order when it rewrites to the same graph."""
     ops = tuple(dict.fromkeys(record["op"] for record in records_of(decided.graph)))
-    fields = dict(budget_bytes=limit, solver=decided.solver, optimal=decided.optimal, bound=decided.bound,
+    fields: dict[str, Any] = dict(budget_bytes=limit, solver=decided.solver, optimal=decided.optimal, bound=decided.bound,
                   gap=decided.gap, note=decided.note)
     try:
-        result = result_of(graph, ops, "budget", baseline, clock, **fields)
+        result = result_of(graph, ops, "budget", baseline, clock, from_ops=decided.from_ops, **fields)
     except ConfigError:  # decided in another order: keep what is recomputable in the given one
         allowed = set(recomputable(graph))
         result = result_of(graph, [op for op in ops if op in allowed], "budget", baseline, clock, **fields)

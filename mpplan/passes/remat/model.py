@@ -16,6 +16,8 @@ which it is not touched (at least ``MIN_GAP`` steps) are late.  Either way a
 recompute runs once, right before the first late consumer of its outputs; when that
 consumer is itself a recompute (a chain, as in Chen's segments) it runs right before
 that one, and recomputes placed before the same op run in their forward order.  A
+solver may instead name where a tensor's late region starts (``build_model``'s
+``cuts``; ``from_op`` of the plan's record): any of its uses after its producer.  A
 recompute reads its inputs as they are then: kept tensors (whose lives it extends),
 static tensors, or the outputs of earlier recomputes.
 
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mpplan import sim
@@ -147,13 +149,17 @@ class RematModel:
 # --- the memory model ----------------------------------------------------------------
 
 
-def build_model(graph: Graph, *, only: frozenset[str] | None = None) -> RematModel:
+def build_model(
+    graph: Graph, *, only: frozenset[str] | None = None, cuts: Mapping[int, int] | None = None
+) -> RematModel:
     """The ``RematModel`` of ``graph``: which ops are recomputable, and every dynamic
     storage's uses split into early and late (module docstring).
 
     ``only`` restricts the candidates to the ops it names, and then lets recompute ops
     be candidates (a later round of recomputes: ``mpplan.passes.remat.rounds``);
-    without it, recompute ops already in the graph are never candidates."""
+    without it, recompute ops already in the graph are never candidates.  ``cuts``
+    maps a storage's tensor id to the position its late region starts at, in place of
+    the rule's split (a solver's cut point: ``RematRecord.from_op``)."""
     topo = graph.topology
     ops, tensors = graph.ops, graph.tensors
     n = topo.num_ops
@@ -181,7 +187,8 @@ def build_model(graph: Graph, *, only: frozenset[str] | None = None) -> RematMod
 
     dynamic = [s for s in topo.storages if not topo.is_static[s] and s in uses]
     index = {s: j for j, s in enumerate(dynamic)}
-    split = [_split(uses[s], boundary, training) for s in dynamic]
+    cuts = cuts or {}
+    split = [cuts[s] if s in cuts else _split(uses[s], boundary, training) for s in dynamic]
     last = [n - 1 if s in topo.output_storages else uses[s][-1] for s in dynamic]
 
     # Candidates, last op first: an op's consumers decide how late it may be recomputed.

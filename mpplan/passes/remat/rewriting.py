@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Op, Tensor
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import SUFFIX, RematModel, build_model, storage_index
 
-__all__ = ["apply_recompute", "candidate_indices", "recomputable", "repeated_op", "rewrite"]
+__all__ = ["apply_recompute", "candidate_indices", "cut_positions", "recomputable", "repeated_op", "rewrite"]
 
 
 def recomputable(graph: Graph) -> tuple[str, ...]:
@@ -18,27 +18,51 @@ def recomputable(graph: Graph) -> tuple[str, ...]:
     return build_model(graph).candidate_names()
 
 
-def apply_recompute(graph: Graph, ops: Iterable[str]) -> Graph:
+def apply_recompute(graph: Graph, ops: Iterable[str], from_ops: Mapping[str, str] | None = None) -> Graph:
     """``graph`` with the ops named in ``ops`` recomputed before their late readers.
 
     Names of ops of ``graph`` are recomputed first; a name of a recompute op that round
     made (``F@recompute``) is then recomputed again, in a round of its own on the
-    rewritten graph (several recomputes of one tensor), and so on.  Names that are not
-    recomputable in their round raise ``ConfigError``; ops no late use needs are left
-    alone.
+    rewritten graph (several recomputes of one tensor), and so on.  ``from_ops`` maps a
+    tensor a round recomputes to the op of that round's graph its late region starts at
+    (``cut_positions``); other tensors split where the model's rule says.  Names that
+    are not recomputable in their round raise ``ConfigError``; ops no late use needs are
+    left alone.
     """
     remaining = list(dict.fromkeys(ops))
+    from_ops = from_ops or {}
     first = True
     while remaining:
         present = {op.name for op in graph.ops}
         now = [name for name in remaining if name in present]
         if not now:
             raise ConfigError(f"remat: op {remaining[0]!r} is not recomputable; see mpplan.passes.remat.recomputable")
-        model = build_model(graph) if first else build_model(graph, only=frozenset(now))
+        cuts = cut_positions(graph, now, from_ops)
+        model = build_model(graph, cuts=cuts) if first else build_model(graph, only=frozenset(now), cuts=cuts)
         graph = rewrite(model, evaluate(model, candidate_indices(model, now)))[0]
         remaining = [name for name in remaining if name not in present]
         first = False
     return graph
+
+
+def cut_positions(graph: Graph, ops: Iterable[str], from_ops: Mapping[str, str]) -> dict[int, int]:
+    """Tensor id -> position of its ``from_ops`` op, for the outputs of the ops named in
+    ``ops``; ``ConfigError`` when that op is not in ``graph`` or does not read the tensor
+    after its producer (a late region starts at a use)."""
+    topo = graph.topology
+    cuts: dict[int, int] = {}
+    for name in ops:
+        k = topo.op_index[name]
+        for out in graph.ops[k].outputs:
+            start = from_ops.get(out)
+            if start is None:
+                continue
+            at = topo.op_index.get(start, -1)
+            t = topo.tensor_index[out]
+            if at <= k or topo.storage_of[t] not in {topo.storage_of[u] for u in topo.op_inputs[at]}:
+                raise ConfigError(f"remat: tensor {out!r}: from_op {start!r} is no later reader of it")
+            cuts[topo.storage_of[t]] = at
+    return cuts
 
 
 def repeated_op(name: str) -> str:

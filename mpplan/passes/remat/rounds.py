@@ -51,6 +51,11 @@ class RoundsFit:
     cost: float
     looser: int
 
+    @property
+    def from_ops(self) -> dict[str, str]:
+        """No cut points: each round cuts at the rule's (``RematRecord.from_op`` absent)."""
+        return {}
+
 
 def fit_least_rounds(model: RematModel, limit: int, time_limit_s: float) -> RoundsFit | None:
     """The cheapest two-round fit of ``limit`` bytes among the ``LADDER``'s, or ``None``
