@@ -20,16 +20,18 @@ result's bytes out of the scratch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass
 
+from mpplan import sim
 from mpplan.capture.torch_capture import CapturedProgram
-from mpplan.plan import Plan
+from mpplan.plan import Block, Plan
 from mpplan.runtime.arena import Rewrite, exact_rewrite
+from mpplan.runtime.blocks import BlockSpan, block_spans, buffer_sizes, cut_blocks, members
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.schedule import Schedule, Step, Target, compile_schedule, flatten
 
-__all__ = ["Landing", "landing", "op_scratch", "plan_with_scratch", "with_scratch"]
+__all__ = ["Landing", "landing", "op_scratch", "plan_with_scratch", "with_blocks", "with_scratch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +50,22 @@ class Landing:
     scratch: int
 
 
-def landing(program: CapturedProgram, step: Step, device_type: str) -> Landing | None:
+def landing(program: CapturedProgram, step: Step, device_type: str,
+            adopted: AbstractSet[str] = frozenset()) -> Landing | None:
     """How ``step``'s results land when its device is of ``device_type``; ``None`` when none go to planned memory.
 
     A generated ``out=`` overload computes into a hidden temporary and copies it into
     ``out``: the same memory as computing and copying in, but hidden from the meter,
-    so it counts as no overload.
+    so it counts as no overload.  Results whose tensor is in ``adopted`` (a block of
+    the plan that is the kernel's own allocation) are not targets: they stay where
+    the kernel put them.
     """
-    targets = tuple(t for t in step.targets if t.device_type == device_type)
+    kept = tuple(t for t in step.targets if t.device_type == device_type)
+    targets = tuple(t for t in kept if t.tensor not in adopted)
     if not targets:
         return None
+    if len(targets) < len(kept):  # only a copied-in result is adopted: the rest of this op's are copied in too
+        return Landing(targets, False, None, _result_bytes(program, step, targets))
     complete = len(targets) == len(step.targets)
     use_out = step.out is not None and not step.out.generated and complete
     rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func, device_type)
@@ -76,13 +84,16 @@ def _result_bytes(program: CapturedProgram, step: Step, targets: tuple[Target, .
     return sum(storages.values())
 
 
-def op_scratch(schedule: Schedule, device_map: DeviceMap) -> dict[str, int]:
-    """Op name -> bytes it holds outside the arena when ``schedule`` runs on ``device_map`` (only ops holding some)."""
+def op_scratch(schedule: Schedule, device_map: DeviceMap, adopted: AbstractSet[str] = frozenset()) -> dict[str, int]:
+    """Op name -> bytes it holds outside the arena when ``schedule`` runs on ``device_map`` (only ops holding some).
+
+    ``adopted``: tensors whose kernel results are kept as their blocks (see ``landing``).
+    """
     scratch = {}
     for step in schedule.steps:
         if step.copy is not None:
             continue
-        how = landing(schedule.program, step, device_map.torch_device(step.device).type)
+        how = landing(schedule.program, step, device_map.torch_device(step.device).type, adopted)
         if how is not None and how.scratch:
             scratch[step.op] = how.scratch
     return scratch
@@ -121,11 +132,67 @@ def with_scratch(plan: Plan, scratch: Mapping[str, int]) -> Plan:
     return dataclasses.replace(plan, devices=devices, scratch=kept, max_peak_bytes=max(d.peak_bytes for d in devices))
 
 
-def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg = None) -> Plan:
-    """``plan`` counting what arena mode holds outside the arena when it runs ``program`` on ``devices``.
+def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg = None, *,
+                      blocks: bool = True) -> Plan:
+    """``plan`` as arena mode runs ``program`` on ``devices``: its blocks, and what it holds outside them.
 
     ``devices`` as for ``evaluate`` (see ``map_devices``): which ops compute outside
-    the arena depends on the torch device type their kernels run on.
+    the arena depends on the torch device type their kernels run on.  ``blocks``
+    (the default, which measures least on every model of the peak benchmark) cuts
+    each arena into blocks (``blocks.cut_blocks``) and adopts the copied-in results
+    that have a block of their own; ``False`` keeps one block per device, the whole
+    arena held all step.
     """
     device_map = map_devices([d.name for d in plan.devices], devices)
-    return with_scratch(plan, op_scratch(compile_schedule(program, plan), device_map))
+    schedule = compile_schedule(program, plan)
+    if not blocks:
+        return with_scratch(plan, op_scratch(schedule, device_map))
+    sizes = buffer_sizes(schedule.placed)
+    cut = cut_blocks(plan.buffers, sizes)
+    alone = {names[0]: block for block, names in members(cut, plan.buffers, sizes).items() if len(names) == 1}
+    adopted: set[str] = set()
+    for step in schedule.steps:
+        how = None if step.copy is not None else landing(program, step, device_map.torch_device(step.device).type)
+        if how is not None and how.scratch:
+            adopted.update(_adoptable(program, step, how.targets, alone, sizes))
+    kept = tuple(dataclasses.replace(b, adopted=True) if any(alone.get(n) == b for n in adopted) else b for b in cut)
+    return with_blocks(plan, block_spans(schedule.placed, kept, plan.buffers),
+                       op_scratch(schedule, device_map, frozenset(adopted)))
+
+
+def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...], alone: Mapping[str, Block],
+               sizes: Mapping[str, int]) -> list[str]:
+    """The copied-in results of ``step`` the kernel's own storage can be kept as: the only buffer of
+    their block, in a storage of their own of exactly the buffer's bytes, starting at its first element."""
+    assert step.node is not None
+    leaves = flatten(program.nodes[step.node].meta.get("val"))
+    storages = [id(leaves[t.leaf].untyped_storage()) for t in targets]
+    found = []
+    for target, storage in zip(targets, storages):
+        leaf = leaves[target.leaf]
+        if target.static or target.tensor not in alone or storages.count(storage) > 1:
+            continue
+        if leaf.storage_offset() == 0 and int(leaf.untyped_storage().nbytes()) == sizes[target.tensor]:
+            found.append(target.tensor)
+    return found
+
+
+def with_blocks(plan: Plan, spans: Sequence[BlockSpan], scratch: Mapping[str, int]) -> Plan:
+    """``plan`` with its arenas cut into the blocks of ``spans`` and holding ``scratch`` (op -> bytes).
+
+    Pure.  Each device's peak is static + the most its allocated blocks and the
+    running op's scratch hold at one step (``sim.held_peak``); ``scratch_bytes`` is
+    its ops' largest scratch, as for ``with_scratch``.
+    """
+    counted = with_scratch(plan, scratch)
+    step_of = {op: k for k, op in enumerate(plan.schedule)}
+    devices = []
+    for d in counted.devices:
+        extra = [0] * len(plan.schedule)
+        for op, nbytes in counted.scratch.items():
+            if counted.placement.get(op, d.name) == d.name:
+                extra[step_of[op]] = nbytes
+        mine = [(first, last, b.bytes) for b, first, last in spans if b.device == d.name]
+        devices.append(dataclasses.replace(d, peak_bytes=d.static_bytes + sim.held_peak(mine, extra)))
+    return dataclasses.replace(counted, devices=tuple(devices), blocks=tuple(b for b, _, _ in spans),
+                               max_peak_bytes=max(d.peak_bytes for d in devices))
