@@ -66,19 +66,25 @@ class Buffer:
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """One allocation of a device's arena: its bytes ``[offset, offset + bytes)``.
+    """One allocation of a device's arena: its bytes ``[offset, offset + bytes)``, allocated in steps
+    ``first..last`` (inclusive).
 
-    Allocated at the first step of the buffers inside it, freed after the last step
-    of any of them, so it holds memory only while some buffer in it may.
-    ``adopted``: the block is the storage the producer of its one buffer allocates
+    It holds the buffers whose bytes lie within its bytes and whose lifetimes lie
+    within its steps: allocated at the first step of the first of them, freed after
+    the last step of any, it holds memory only while some buffer in it may.  Two
+    blocks of a device may share offsets only at different steps.
+    ``adopts``: the one buffer (by tensor name) whose producer allocates this block
     itself (a kernel with no ``out=`` route), kept as that buffer instead of copied
-    into arena memory.
+    into arena memory; its offset and bytes are that buffer's, and it may overlap
+    other blocks' offsets, being memory of its own.
     """
 
     device: str
     offset: int
     bytes: int
-    adopted: bool = False
+    first: int
+    last: int
+    adopts: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +247,9 @@ class Plan:
                     device=reader.string(b.get("device"), f"blocks[{i}].device"),
                     offset=reader.integer(b.get("offset"), f"blocks[{i}].offset"),
                     bytes=reader.integer(b.get("bytes"), f"blocks[{i}].bytes"),
-                    adopted=reader.boolean(b.get("adopted", False), f"blocks[{i}].adopted"),
+                    first=reader.integer(b.get("first"), f"blocks[{i}].first"),
+                    last=reader.integer(b.get("last"), f"blocks[{i}].last"),
+                    adopts=None if b.get("adopts") is None else reader.string(b.get("adopts"), f"blocks[{i}].adopts"),
                 )
                 for i, b in enumerate(reader.items(data.get("blocks", []), "blocks"))
             ),
@@ -249,8 +257,9 @@ class Plan:
 
 
 def _block_dict(block: Block) -> dict[str, Any]:
-    return {"device": block.device, "offset": block.offset, "bytes": block.bytes,
-            **({"adopted": True} if block.adopted else {})}
+    return {"device": block.device, "offset": block.offset, "bytes": block.bytes, "first": block.first,
+            "last": block.last,
+            **({"adopts": block.adopts} if block.adopts is not None else {})}
 
 
 def save_plan(plan: Plan, path: str | Path) -> Path:
@@ -308,11 +317,6 @@ class _Reader:
             return float(value)
         except OverflowError:
             raise PlanError(f"{self.source}: {where}: expected a finite number, got {_short(value)}") from None
-
-    def boolean(self, value: Any, where: str) -> bool:
-        if not isinstance(value, bool):
-            raise PlanError(f"{self.source}: {where}: expected true or false, got {_short(value)}")
-        return value
 
     def string(self, value: Any, where: str) -> str:
         if not isinstance(value, str):

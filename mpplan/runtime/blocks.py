@@ -2,101 +2,114 @@
 
 A one-block arena is allocated for the whole step, so at the op holding the most
 scratch (a result computed outside the arena, then copied in) the device holds the
-full arena plus that scratch.  Cutting the arena at an offset no buffer straddles
-gives two blocks, each allocated at the first step of a buffer in it and freed
-after the last step of any: both lifetimes lie inside the whole arena's, so the
-bytes held can only go down at every step.  ``cut_blocks`` makes every such cut
-(the finest blocks the offsets allow; fewer blocks would only hold more), and a
-block's top is its highest buffer's last byte, so no alignment padding is held.
+full arena plus that scratch.  ``cut_blocks`` cuts it twice over:
 
-A block holding one buffer whose producer computes outside the arena can be that
-producer's own result (``Block.adopted``): no copy, no scratch, the same bytes.
-Which producers those are is the runtime's knowledge (``scratch.plan_with_scratch``).
+* in offsets, wherever no buffer's bytes straddle the cut;
+* then each such group in time, wherever no buffer of it is live across the cut.
+
+A block is allocated at the first step of its buffers and freed after their last
+step.  Every block's bytes and steps lie within the whole arena's, and blocks cut
+from one group in time never hold memory at the same step, so the bytes held can
+only go down at every step; a block's top is its highest buffer's last byte, so no
+alignment padding is held.
+
+A buffer whose producer computes outside the arena anyway can instead be that
+producer's own result, a block of its own (``Block.adopts``): no copy, no scratch.
+Which producers those are is the runtime's knowledge (``scratch.plan_with_scratch``),
+as is whether adopting them lowers the peak.
 
 Pure functions over the plan's buffers and the placed graph's liveness.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Set as AbstractSet
 
 from mpplan.liveness import live_ranges
 from mpplan.passes.copies import Placed
 from mpplan.plan import Block, Buffer
 
-__all__ = ["BlockSpan", "block_spans", "buffer_sizes", "cut_blocks", "members"]
+__all__ = ["Lives", "alone", "buffer_lives", "buffer_sizes", "cut_blocks", "own_blocks"]
 
-#: A block and the steps it is allocated in: ``(block, first, last)``, inclusive.
-BlockSpan = tuple[Block, int, int]
+#: Steps ``(first, last)`` (inclusive) each dynamic storage is live in, by root tensor name.
+Lives = Mapping[str, tuple[int, int]]
 
 
 def buffer_sizes(placed: Placed) -> dict[str, int]:
     """Bytes of every storage root of the placed graph, by name: what a buffer's tensor really spans."""
-    graph = placed.graph
-    return {t.name: t.nbytes for t in graph.tensors if t.alias_of is None}
+    return {t.name: t.nbytes for t in placed.graph.tensors if t.alias_of is None}
 
 
-def cut_blocks(buffers: Mapping[str, Buffer], sizes: Mapping[str, int]) -> tuple[Block, ...]:
-    """Every device's buffers cut into blocks wherever no buffer's bytes straddle the cut.
+def buffer_lives(placed: Placed) -> dict[str, tuple[int, int]]:
+    """The steps each dynamic storage of the placed graph is live in, by name (the planner's liveness)."""
+    liveness = live_ranges(placed.graph, range(len(placed.graph.ops)))
+    tensors = placed.graph.tensors
+    return {tensors[r.storage].name: (r.first, r.last) for r in liveness.ranges}
+
+
+def cut_blocks(buffers: Mapping[str, Buffer], sizes: Mapping[str, int], lives: Lives,
+               adopted: AbstractSet[str] = frozenset()) -> tuple[Block, ...]:
+    """Every device's buffers cut into blocks in offsets, then in time, wherever no buffer straddles a cut.
 
     A buffer spans ``[offset, offset + sizes[name])`` (its tensor's bytes, not the
-    aligned size); empty ones need no memory and join no block.  Blocks are in
-    (device, offset) order.
+    aligned size) in steps ``lives[name]``; empty ones need no memory and join no
+    block.  Each buffer in ``adopted`` is a block of its own (``Block.adopts``) and
+    joins no cut.  Blocks come in (device, offset, first) order, the adopted ones last.
 
     >>> bufs = {"a": Buffer("d", 0, 64), "b": Buffer("d", 0, 64), "c": Buffer("d", 64, 64)}
-    >>> [(b.offset, b.bytes) for b in cut_blocks(bufs, {"a": 60, "b": 30, "c": 8})]
-    [(0, 60), (64, 8)]
+    >>> lives = {"a": (0, 1), "b": (3, 4), "c": (1, 2)}
+    >>> [(b.offset, b.bytes, b.first, b.last) for b in cut_blocks(bufs, {"a": 60, "b": 30, "c": 8}, lives)]
+    [(0, 60, 0, 1), (0, 30, 3, 4), (64, 8, 1, 2)]
     """
-    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for name, buffer in buffers.items():
-        if sizes[name]:
-            spans[buffer.device].append((buffer.offset, buffer.offset + sizes[name]))
-    blocks = []
-    for device in sorted(spans):
-        start, end = -1, -1
-        for offset, stop in sorted(spans[device]):
-            if offset >= end:
-                if end > start >= 0:
-                    blocks.append(Block(device, start, end - start))
-                start, end = offset, stop
-            else:
-                end = max(end, stop)
-        blocks.append(Block(device, start, end - start))
-    return tuple(blocks)
+    own = [Block(buffers[n].device, buffers[n].offset, sizes[n], *lives[n], adopts=n) for n in sorted(adopted)
+           if sizes[n]]
+    return (*(block for block, _ in _parts(buffers, sizes, lives, adopted)), *own)
 
 
-def members(blocks: tuple[Block, ...], buffers: Mapping[str, Buffer],
-            sizes: Mapping[str, int]) -> dict[Block, list[str]]:
-    """The non-empty buffers inside each block (by name, in name order); ``ValueError`` for one in none."""
-    starts: dict[str, list[int]] = defaultdict(list)
-    by_start: dict[tuple[str, int], Block] = {}
-    for block in sorted(blocks, key=lambda b: (b.device, b.offset)):
-        starts[block.device].append(block.offset)
-        by_start[block.device, block.offset] = block
-    inside: dict[Block, list[str]] = {b: [] for b in blocks}
+def own_blocks(buffers: Mapping[str, Buffer], sizes: Mapping[str, int], lives: Lives,
+               adopted: AbstractSet[str] = frozenset()) -> tuple[Block, ...]:
+    """One block per non-empty buffer, held exactly while it lives: the finest cut, no-arena mode's memory.
+
+    >>> [(b.offset, b.bytes, b.first, b.adopts) for b in own_blocks({"a": Buffer("d", 0, 64)}, {"a": 8}, {"a": (2, 3)})]
+    [(0, 8, 2, None)]
+    """
+    return tuple(Block(buffers[n].device, buffers[n].offset, sizes[n], *lives[n], adopts=n if n in adopted else None)
+                 for n in sorted(buffers) if sizes[n])
+
+
+def alone(buffers: Mapping[str, Buffer], sizes: Mapping[str, int], lives: Lives) -> set[str]:
+    """The buffers ``cut_blocks`` (adopting none) leaves alone in a block of their own."""
+    return {names[0] for _, names in _parts(buffers, sizes, lives, frozenset()) if len(names) == 1}
+
+
+def _parts(buffers: Mapping[str, Buffer], sizes: Mapping[str, int], lives: Lives,
+           adopted: AbstractSet[str]) -> list[tuple[Block, list[str]]]:
+    """The blocks of ``cut_blocks`` but the adopted ones, each with the buffers it holds."""
+    by_device: dict[str, list[str]] = defaultdict(list)
     for name in sorted(buffers):
-        buffer, size = buffers[name], sizes[name]
-        if not size:
-            continue
-        mine = starts.get(buffer.device, [])
-        i = bisect.bisect_right(mine, buffer.offset) - 1
-        home = by_start.get((buffer.device, mine[i])) if i >= 0 else None
-        if home is None or buffer.offset + size > home.offset + home.bytes:
-            raise ValueError(f"buffer of {name!r} on {buffer.device} lies in no block of the plan")
-        inside[home].append(name)
-    return inside
+        if sizes[name] and name not in adopted:
+            by_device[buffers[name].device].append(name)
+    parts = []
+    for device in sorted(by_device):
+        for group in _split(by_device[device], lambda n: buffers[n].offset, lambda n: buffers[n].offset + sizes[n]):
+            for part in _split(group, lambda n: lives[n][0], lambda n: lives[n][1] + 1):
+                start = min(buffers[n].offset for n in part)
+                end = max(buffers[n].offset + sizes[n] for n in part)
+                block = Block(device, start, end - start, min(lives[n][0] for n in part), max(lives[n][1] for n in part))
+                parts.append((block, part))
+    return parts
 
 
-def block_spans(placed: Placed, blocks: tuple[Block, ...], buffers: Mapping[str, Buffer]) -> tuple[BlockSpan, ...]:
-    """Each block with the steps it is allocated in: from its buffers' first step to their last."""
-    liveness = live_ranges(placed.graph, range(len(placed.graph.ops)))
-    names = placed.graph.tensors
-    steps = {names[r.storage].name: (r.first, r.last) for r in liveness.ranges}
-    spans = []
-    for block, inside in members(blocks, buffers, buffer_sizes(placed)).items():
-        lives = [steps[n] for n in inside if n in steps]
-        if lives:
-            spans.append((block, min(f for f, _ in lives), max(last for _, last in lives)))
-    return tuple(spans)
+def _split(names: list[str], low: Callable[[str], int], high: Callable[[str], int]) -> list[list[str]]:
+    """``names`` in groups whose intervals ``[low, high)`` chain by overlapping, in ``low`` order."""
+    groups: list[list[str]] = []
+    end = 0
+    for name in sorted(names, key=low):
+        if not groups or low(name) >= end:
+            groups.append([name])
+            end = high(name)
+        else:
+            groups[-1].append(name)
+            end = max(end, high(name))
+    return groups

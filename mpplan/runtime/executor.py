@@ -33,7 +33,6 @@ of the op that made it, so per-device peaks are measured, not assumed.
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ from mpplan.errors import PlanError
 from mpplan.plan import Block
 from mpplan.runtime.arena import Layout, arena_view, layout_of, packed_stride, region_bytes
 from mpplan.runtime.devices import DeviceMap
-from mpplan.runtime.blocks import block_spans, buffer_sizes, members
 from mpplan.runtime.redirect import ExecMode, Job, Redirect
 from mpplan.runtime.schedule import Schedule, Step
 from mpplan.runtime.scratch import Landing, landing
@@ -370,42 +368,39 @@ class _BlockTable:
     """
 
     def __init__(self, schedule: Schedule) -> None:
-        plan = schedule.plan
-        inside = members(plan.blocks, plan.buffers, buffer_sizes(schedule.placed))
-        self.adopted = frozenset(n for b, names in inside.items() if b.adopted for n in names)
+        blocks = schedule.plan.blocks
+        self.adopted = frozenset(b.adopts for b in blocks if b.adopts is not None)
         self._opens: dict[int, list[Block]] = defaultdict(list)
         self._closes: dict[int, list[Block]] = defaultdict(list)
-        for block, first, last in block_spans(schedule.placed, plan.blocks, plan.buffers):
-            if not block.adopted:
-                self._opens[first].append(block)
-                self._closes[last].append(block)
-        self._starts: dict[str, list[int]] = defaultdict(list)
-        for block in sorted(plan.blocks, key=lambda b: b.offset):
-            self._starts[block.device].append(block.offset)
-        self._live: dict[tuple[str, int], torch.Tensor] = {}
+        for block in blocks:
+            if block.adopts is None:
+                self._opens[block.first].append(block)
+                self._closes[block.last].append(block)
+        self._live: dict[str, dict[Block, torch.Tensor]] = defaultdict(dict)
 
     def open(self, step: Step, device_map: DeviceMap, meter: StorageMeter) -> None:
         """Allocate the blocks whose first buffer ``step`` makes."""
         for block in self._opens.get(step.index, ()):
             memory = torch.empty(block.bytes, dtype=torch.uint8, device=device_map.torch_device(block.device))
             meter.register(memory, block.device)
-            self._live[block.device, block.offset] = memory
+            self._live[block.device][block] = memory
         if step.index in self._opens:
             meter.sample()
 
     def close(self, step: Step) -> None:
         """Drop the blocks whose last buffer died at ``step`` (their memory goes with the views of it)."""
         for block in self._closes.get(step.index, ()):
-            del self._live[block.device, block.offset]
+            del self._live[block.device][block]
 
     def holding(self, device: str, offset: int) -> tuple[torch.Tensor, int]:
-        """The live block holding arena offset ``offset`` of ``device``, and the offset within it."""
-        starts = self._starts.get(device, [])
-        i = bisect.bisect_right(starts, offset) - 1
-        memory = self._live.get((device, starts[i])) if i >= 0 else None
-        if memory is None:
-            raise PlanError(f"plan: offset {offset} of {device} is in no block allocated at this step")
-        return memory, offset - starts[i]
+        """The allocated block holding arena offset ``offset`` of ``device`` now, and the offset within it.
+
+        Blocks allocated together never share offsets (``plan.Block``), so at most one holds it.
+        """
+        for block, memory in self._live[device].items():
+            if block.offset <= offset < block.offset + block.bytes:
+                return memory, offset - block.offset
+        raise PlanError(f"plan: offset {offset} of {device} is in no block allocated at this step")
 
 
 class _DeviceEnv(MutableMapping):

@@ -20,14 +20,14 @@ result's bytes out of the scratch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence, Set as AbstractSet
+from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass
 
 from mpplan import sim
 from mpplan.capture.torch_capture import CapturedProgram
 from mpplan.plan import Block, Plan
 from mpplan.runtime.arena import Rewrite, exact_rewrite
-from mpplan.runtime.blocks import BlockSpan, block_spans, buffer_sizes, cut_blocks, members
+from mpplan.runtime.blocks import alone, buffer_lives, buffer_sizes, cut_blocks, own_blocks
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.schedule import Schedule, Step, Target, compile_schedule, flatten
 
@@ -138,47 +138,50 @@ def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg 
 
     ``devices`` as for ``evaluate`` (see ``map_devices``): which ops compute outside
     the arena depends on the torch device type their kernels run on.  ``blocks``
-    (the default, which measures least on every model of the peak benchmark) cuts
-    each arena into blocks (``blocks.cut_blocks``) and adopts the copied-in results
-    that have a block of their own; ``False`` keeps one block per device, the whole
+    (the default, which measures least on every model of the peak benchmark) keeps
+    every copied-in result the kernel allocates as a block of its own (adopted) and
+    cuts the rest of each arena into blocks (``blocks.cut_blocks``); ``False`` keeps one block per device, the whole
     arena held all step.
     """
     device_map = map_devices([d.name for d in plan.devices], devices)
     schedule = compile_schedule(program, plan)
     if not blocks:
         return with_scratch(plan, op_scratch(schedule, device_map))
-    sizes = buffer_sizes(schedule.placed)
-    cut = cut_blocks(plan.buffers, sizes)
-    alone = {names[0]: block for block, names in members(cut, plan.buffers, sizes).items() if len(names) == 1}
-    adopted: set[str] = set()
+    sizes, lives = buffer_sizes(schedule.placed), buffer_lives(schedule.placed)
+    candidates: set[str] = set()
     for step in schedule.steps:
         how = None if step.copy is not None else landing(program, step, device_map.torch_device(step.device).type)
         if how is not None and how.scratch:
-            adopted.update(_adoptable(program, step, how.targets, alone, sizes))
-    kept = tuple(dataclasses.replace(b, adopted=True) if any(alone.get(n) == b for n in adopted) else b for b in cut)
-    return with_blocks(plan, block_spans(schedule.placed, kept, plan.buffers),
-                       op_scratch(schedule, device_map, frozenset(adopted)))
+            candidates.update(_adoptable(program, step, how.targets, sizes))
+    # Adopting a buffer alone in its block only drops its scratch; adopting one that shares a block can
+    # leave that block as long-lived as before while its own memory is held beside it; one block per
+    # buffer holds what no-arena mode holds, in the most blocks.  The simulator decides (its peak is
+    # what the run measures); on ties the fewest blocks win.
+    safe = frozenset(candidates & alone(plan.buffers, sizes, lives))
+    every = frozenset(candidates)
+    choices = [with_blocks(plan, cut(plan.buffers, sizes, lives, adopted), op_scratch(schedule, device_map, adopted))
+               for cut, adopted in ((cut_blocks, safe), (cut_blocks, every), (own_blocks, every))]
+    return min(choices, key=lambda p: (p.max_peak_bytes, len(p.blocks)))
 
 
-def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...], alone: Mapping[str, Block],
-               sizes: Mapping[str, int]) -> list[str]:
-    """The copied-in results of ``step`` the kernel's own storage can be kept as: the only buffer of
-    their block, in a storage of their own of exactly the buffer's bytes, starting at its first element."""
+def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...], sizes: Mapping[str, int]) -> list[str]:
+    """The copied-in results of ``step`` the kernel's own storage can be kept as: dynamic, each in a
+    storage of its own of exactly the buffer's bytes, starting at its first element."""
     assert step.node is not None
     leaves = flatten(program.nodes[step.node].meta.get("val"))
     storages = [id(leaves[t.leaf].untyped_storage()) for t in targets]
     found = []
     for target, storage in zip(targets, storages):
         leaf = leaves[target.leaf]
-        if target.static or target.tensor not in alone or storages.count(storage) > 1:
+        if target.static or storages.count(storage) > 1:
             continue
         if leaf.storage_offset() == 0 and int(leaf.untyped_storage().nbytes()) == sizes[target.tensor]:
             found.append(target.tensor)
     return found
 
 
-def with_blocks(plan: Plan, spans: Sequence[BlockSpan], scratch: Mapping[str, int]) -> Plan:
-    """``plan`` with its arenas cut into the blocks of ``spans`` and holding ``scratch`` (op -> bytes).
+def with_blocks(plan: Plan, blocks: tuple[Block, ...], scratch: Mapping[str, int]) -> Plan:
+    """``plan`` with its arenas cut into ``blocks`` and holding ``scratch`` (op -> bytes).
 
     Pure.  Each device's peak is static + the most its allocated blocks and the
     running op's scratch hold at one step (``sim.held_peak``); ``scratch_bytes`` is
@@ -192,7 +195,7 @@ def with_blocks(plan: Plan, spans: Sequence[BlockSpan], scratch: Mapping[str, in
         for op, nbytes in counted.scratch.items():
             if counted.placement.get(op, d.name) == d.name:
                 extra[step_of[op]] = nbytes
-        mine = [(first, last, b.bytes) for b, first, last in spans if b.device == d.name]
+        mine = [(b.first, b.last, b.bytes) for b in blocks if b.device == d.name]
         devices.append(dataclasses.replace(d, peak_bytes=d.static_bytes + sim.held_peak(mine, extra)))
-    return dataclasses.replace(counted, devices=tuple(devices), blocks=tuple(b for b, _, _ in spans),
+    return dataclasses.replace(counted, devices=tuple(devices), blocks=blocks,
                                max_peak_bytes=max(d.peak_bytes for d in devices))
