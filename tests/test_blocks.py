@@ -139,3 +139,24 @@ def test_blocks_run_below_eager_and_measure_their_own_peak_on_a_zoo_model() -> N
     assert measured.measured_peak_bytes == measured.predicted_peak_bytes == planned.max_peak_bytes
     assert m.numerics is not None and m.numerics.ok, m.numerics
     assert m.eager is not None and planned.max_peak_bytes <= m.eager.devices[0].measured_peak_bytes
+
+
+def test_plan_verb_writes_the_plan_arena_mode_runs(tmp_path) -> None:
+    """``mpplan plan`` on a torch config writes the plan ``run`` executes: blocks, adopted results and the
+    scratch counted, so its peak is what the device holds (it used to write the bare planner's plan)."""
+    from pathlib import Path
+
+    from mpplan.capture import program_from_config
+    from mpplan.config import load_config, resolve_devices
+    from mpplan.plan import load_plan
+    from mpplan.workflows.plan import plan_into_folder
+
+    config = load_config(Path(__file__).parents[1] / "configs" / "zoo_gpt.yaml")
+    outcome = plan_into_folder(config, str(tmp_path / "out"))
+    written = load_plan(outcome.path)
+    program = program_from_config(config)
+    expected = plan_with_scratch(program, plan(program.graph, resolve_devices(config),
+                                               PlannerSettings.from_config(config.planner)))
+    assert written.blocks and written.blocks == expected.blocks
+    assert written.max_peak_bytes == expected.max_peak_bytes == outcome.baselines["this plan"]
+    verify(program.graph, written)

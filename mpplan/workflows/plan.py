@@ -51,7 +51,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     Writes ``plan.json`` (verified), ``timeline.json``, ``baselines.json`` and ``report.md``;
     ``ConfigError`` when the config names no device.
     """
-    from mpplan.capture import graph_from_config
+    from mpplan.capture import graph_from_config, program_from_config
     from mpplan.planner import PlannerSettings, plan
     from mpplan.verify import verify
 
@@ -59,10 +59,15 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     if not devices:
         raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
     folder = output_folder("plan", out, config.output.dir)
-    graph = graph_from_config(config)
+    program = program_from_config(config) if config.model.torch is not None else None
+    graph = graph_from_config(config, program)
     settings = PlannerSettings.from_config(config.planner)
     try:
         result = plan(graph, devices, settings)
+        if program is not None:  # what arena mode holds when it runs: the peak a device really needs
+            from mpplan.runtime.scratch import plan_with_scratch
+
+            result = plan_with_scratch(program, result)
     except RematInfeasibleError as exc:
         if exc.plan is None:
             raise
