@@ -160,3 +160,24 @@ def test_plan_verb_writes_the_plan_arena_mode_runs(tmp_path) -> None:
     assert written.blocks and written.blocks == expected.blocks
     assert written.max_peak_bytes == expected.max_peak_bytes == outcome.baselines["this plan"]
     verify(program.graph, written)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_blocks_run_the_same_code_path_on_the_gpu() -> None:
+    """On a GPU the blocks are cuda tensors and adopted results the kernels' own allocations: the live
+    storages counted are the plan's peak (up to host scalars), the allocator within 2%, numerics ok."""
+    from mpplan.runtime import capture_for
+
+    torch.manual_seed(0)
+    model = zoo.build("gpt", vocab_size=64, max_seq_len=16, d_model=32, n_heads=2, n_layers=2)
+    inputs = zoo.example_inputs("gpt", batch=2, seq_len=16, vocab_size=64)
+    program = capture_for(model, inputs, torch.device("cuda:0"), mode="train", optimizer="adam", loss_fn=None)
+    bare = plan(program.graph, [device(name="cuda:0")], PlannerSettings(placement="single"))
+    planned = plan_with_scratch(program, bare, ["cuda:0"])
+    verify(program.graph, planned)
+    m = evaluate_program(program, planned, model, inputs, steps=2, warmup=1, devices=["cuda:0"])
+    (d,) = m.devices
+    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64
+    assert abs(d.measured_peak_bytes - d.predicted_peak_bytes) <= 0.02 * d.predicted_peak_bytes
+    assert m.numerics is not None and m.numerics.ok, m.numerics

@@ -96,8 +96,8 @@ def _parts(buffers: Mapping[str, Buffer], sizes: Mapping[str, int], lives: Lives
             for part in _split(group, lambda n: lives[n][0], lambda n: lives[n][1] + 1):
                 start = min(buffers[n].offset for n in part)
                 end = max(buffers[n].offset + sizes[n] for n in part)
-                block = Block(device, start, end - start, min(lives[n][0] for n in part), max(lives[n][1] for n in part))
-                parts.append((block, part))
+                first, last = min(lives[n][0] for n in part), max(lives[n][1] for n in part)
+                parts.append((Block(device, start, end - start, first, last), part))
     return parts
 
 

@@ -3,7 +3,9 @@
 An ``Executor`` owns the run's state: the program's sources (parameters, buffers,
 inputs, optimizer state, constants), each cloned onto the home device of its
 storage with a storage of exactly its size; the parameter gradients, resident
-across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
+across steps like ``.grad``; and in arena mode one ``uint8`` arena per device, or,
+when the plan cuts its arenas into blocks (``plan.blocks``), the blocks allocated
+now (``block_memory.BlockMemory``): each from its first step through its last.
 ``run_step`` executes the schedule once:
 
 * each op runs through ``CapturedProgram.run_node`` against an env of fx values; an
@@ -19,7 +21,8 @@ across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
   to its ``out=`` overload (or an exact rewrite onto one) writing into the planned
   arena views, or else
   computes the result and copies it in, counting the result as transient; factory
-  ops get the op's device.
+  ops get the op's device.  A result its plan adopts (``plan.Block.adopts``) is not
+  redirected: the kernel's own allocation is its block.
 
 Transients are real memory: a CUDA allocator holds them next to the arena, so the
 meter counts them with everything else alive at that moment.  Which steps compute
@@ -33,7 +36,6 @@ of the op that made it, so per-device peaks are measured, not assumed.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -43,8 +45,8 @@ import torch
 
 from mpplan.capture.torch_capture import SourceRole
 from mpplan.errors import PlanError
-from mpplan.plan import Block
 from mpplan.runtime.arena import Layout, arena_view, layout_of, packed_stride, region_bytes
+from mpplan.runtime.block_memory import BlockMemory
 from mpplan.runtime.devices import DeviceMap
 from mpplan.runtime.redirect import ExecMode, Job, Redirect
 from mpplan.runtime.schedule import Schedule, Step
@@ -107,7 +109,7 @@ class Executor:
         self._mode = ExecMode(self.meter)
         self._sources = self._bind_sources(model, example_inputs)
         plan = schedule.plan
-        self._blocks = _BlockTable(schedule) if arena and plan.blocks else None
+        self._blocks = BlockMemory(schedule) if arena and plan.blocks else None
         self._arenas = self._make_arenas() if arena and self._blocks is None else {}
         self._static = self._make_static_buffers() if arena else {}
         self._landings = self._target_landings() if arena else {}
@@ -181,7 +183,7 @@ class Executor:
         return carry
 
     def _target_landings(self) -> dict[int, Landing]:
-        """For every step with fresh outputs to place, how they land (see ``scratch.landing``), checked against the plan."""
+        """For every step with fresh outputs to place, how they land (``scratch.landing``), checked against the plan."""
         plan = self.schedule.plan
         adopted = self._blocks.adopted if self._blocks is not None else frozenset()
         per_step: dict[int, Landing] = {}
@@ -359,48 +361,6 @@ class Executor:
             raise PlanError(f"copy {name!r}: offset {buffer.offset} is not a multiple of the element size {itemsize}")
         base, offset = self._memory(step.device, buffer.offset)
         return arena_view(base, offset, Layout((nbytes,), (1,), 0, torch.uint8), where=f"copy {name!r}")
-
-
-class _BlockTable:
-    """The arena blocks of a plan (``plan.blocks``) over a run: allocated at their first step, freed after their last.
-
-    An adopted block is never allocated here: it is its producer's own result.
-    """
-
-    def __init__(self, schedule: Schedule) -> None:
-        blocks = schedule.plan.blocks
-        self.adopted = frozenset(b.adopts for b in blocks if b.adopts is not None)
-        self._opens: dict[int, list[Block]] = defaultdict(list)
-        self._closes: dict[int, list[Block]] = defaultdict(list)
-        for block in blocks:
-            if block.adopts is None:
-                self._opens[block.first].append(block)
-                self._closes[block.last].append(block)
-        self._live: dict[str, dict[Block, torch.Tensor]] = defaultdict(dict)
-
-    def open(self, step: Step, device_map: DeviceMap, meter: StorageMeter) -> None:
-        """Allocate the blocks whose first buffer ``step`` makes."""
-        for block in self._opens.get(step.index, ()):
-            memory = torch.empty(block.bytes, dtype=torch.uint8, device=device_map.torch_device(block.device))
-            meter.register(memory, block.device)
-            self._live[block.device][block] = memory
-        if step.index in self._opens:
-            meter.sample()
-
-    def close(self, step: Step) -> None:
-        """Drop the blocks whose last buffer died at ``step`` (their memory goes with the views of it)."""
-        for block in self._closes.get(step.index, ()):
-            del self._live[block.device][block]
-
-    def holding(self, device: str, offset: int) -> tuple[torch.Tensor, int]:
-        """The allocated block holding arena offset ``offset`` of ``device`` now, and the offset within it.
-
-        Blocks allocated together never share offsets (``plan.Block``), so at most one holds it.
-        """
-        for block, memory in self._live[device].items():
-            if block.offset <= offset < block.offset + block.bytes:
-                return memory, offset - block.offset
-        raise PlanError(f"plan: offset {offset} of {device} is in no block allocated at this step")
 
 
 class _DeviceEnv(MutableMapping):

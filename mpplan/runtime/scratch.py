@@ -8,13 +8,15 @@ meter) counts it.  How each step's results land, and so how many bytes it holds
 outside, is known before anything runs, from the traced values (``landing``).
 
 ``with_scratch`` puts that into the plan: ``plan.scratch`` per op and each device's
-``scratch_bytes``, the largest of its ops', added to its peak.  The arena is one
-block allocated for the whole step, so at the op holding the most scratch the
-device holds the full arena plus that scratch: ``peak = static + arena + scratch``,
-whatever the order or the offsets.  The schedule and the assignment therefore cannot
-trade scratch for arena, and the planner's passes need not see it; what lowers it is
-an op landing in the arena (an ``out=`` overload or a rewrite), which moves its
-result's bytes out of the scratch.
+``scratch_bytes``, the largest of its ops', added to its peak.  With a one-block
+arena, allocated for the whole step, the device holds the full arena plus the
+largest scratch: ``peak = static + arena + scratch``, whatever the order or offsets.
+
+``plan_with_scratch`` (the default) cuts the arena into blocks instead (``blocks``,
+``with_blocks``): each held only while its buffers live, and a copied-in result kept
+as a block of its own where that lowers the peak (adopted: no copy, no scratch).
+Its peak is static + the most the live blocks and the running op's scratch hold at
+one step, which is what the run measures.
 """
 
 from __future__ import annotations
@@ -164,7 +166,8 @@ def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg 
     return min(choices, key=lambda p: (p.max_peak_bytes, len(p.blocks)))
 
 
-def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...], sizes: Mapping[str, int]) -> list[str]:
+def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...],
+               sizes: Mapping[str, int]) -> list[str]:
     """The copied-in results of ``step`` the kernel's own storage can be kept as: dynamic, each in a
     storage of its own of exactly the buffer's bytes, starting at its first element."""
     assert step.node is not None
