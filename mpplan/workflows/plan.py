@@ -61,13 +61,18 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     folder = output_folder("plan", out, config.output.dir)
     program = program_from_config(config) if config.model.torch is not None else None
     graph = graph_from_config(config, program)
+
+    def as_run(planned: Plan) -> Plan:
+        """What arena mode holds when it runs a torch model's plan: the peak a device really needs."""
+        if program is None:
+            return planned
+        from mpplan.runtime.scratch import plan_with_scratch
+
+        return plan_with_scratch(program, planned)
+
     settings = PlannerSettings.from_config(config.planner)
     try:
-        result = plan(graph, devices, settings)
-        if program is not None:  # what arena mode holds when it runs: the peak a device really needs
-            from mpplan.runtime.scratch import plan_with_scratch
-
-            result = plan_with_scratch(program, result)
+        result = as_run(plan(graph, devices, settings))
     except RematInfeasibleError as exc:
         if exc.plan is None:
             raise
@@ -81,7 +86,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         "one device, as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
     }
     if result.remat:
-        without = plan(graph, devices, dataclasses.replace(settings, remat="none"))
+        without = as_run(plan(graph, devices, dataclasses.replace(settings, remat="none")))
         baselines["these settings without recomputation"] = without.max_peak_bytes
     baselines["this plan"] = result.max_peak_bytes
     report = write_plan_report(graph, result, folder, baselines, figures=False)
