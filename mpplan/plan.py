@@ -12,6 +12,10 @@ mappings ``plan.json`` holds.
 arena while it runs (a result an op with no ``out=`` overload computes before it is
 copied in, see ``mpplan.runtime.scratch``); each device's ``scratch_bytes`` is the
 largest of its ops', and its peak counts it.  Both are written only when non-zero.
+``blocks`` (an extension too; absent in older files, which then hold one block per
+device: the whole arena, all step) cut each device's arena into allocations made
+when their first buffer is and freed when their last dies (``Block``); a device's
+peak is then static + the most its live blocks and one op's scratch hold at one step.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from mpplan.reading import load_json, read_document
 
 SCHEMA = "mpplan.plan/1"
 
-__all__ = ["SCHEMA", "Buffer", "Copy", "DevicePlan", "Plan", "PlanSettings", "RematRecord", "check_plan_graph",
+__all__ = ["SCHEMA", "Block", "Buffer", "Copy", "DevicePlan", "Plan", "PlanSettings", "RematRecord", "check_plan_graph",
            "load_plan", "save_plan", "write_json_atomic"]
 
 
@@ -37,7 +41,9 @@ class DevicePlan:
     """Predicted memory of one device: ``peak = static + arena + scratch``; ``lower_bound = static + LOAD``.
 
     ``scratch_bytes`` is memory held outside the arena for one op at a time (0 when
-    every op writes its results straight into the arena).
+    every op writes its results straight into the arena).  When the plan cuts the
+    arena into ``blocks``, ``arena_bytes`` is the extent of its offsets and the peak
+    is static + the most the live blocks and the running op's scratch hold at one step.
     """
 
     name: str
@@ -56,6 +62,29 @@ class Buffer:
     device: str
     offset: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One allocation of a device's arena: its bytes ``[offset, offset + bytes)``, allocated in steps
+    ``first..last`` (inclusive).
+
+    It holds the buffers whose bytes lie within its bytes and whose lifetimes lie
+    within its steps: allocated at the first step of the first of them, freed after
+    the last step of any, it holds memory only while some buffer in it may.  Two
+    blocks of a device may share offsets only at different steps.
+    ``adopts``: the one buffer (by tensor name) whose producer allocates this block
+    itself (a kernel with no ``out=`` route), kept as that buffer instead of copied
+    into arena memory; its offset and bytes are that buffer's, and it may overlap
+    other blocks' offsets, being memory of its own.
+    """
+
+    device: str
+    offset: int
+    bytes: int
+    first: int
+    last: int
+    adopts: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +117,7 @@ class Plan:
     seconds: dict[str, float] = field(default_factory=dict)
     module_devices: dict[str, str] = field(default_factory=dict)
     scratch: dict[str, int] = field(default_factory=dict)
+    blocks: tuple[Block, ...] = ()
 
     def __post_init__(self) -> None:
         # the mapping forms (plan.json's, and older callers' dicts) become the typed records
@@ -138,6 +168,7 @@ class Plan:
             "planner": {"settings": self.settings.to_dict(), "seconds": dict(self.seconds)},
             "module_devices": dict(self.module_devices),
             **({"scratch": dict(self.scratch)} if self.scratch else {}),
+            **({"blocks": [_block_dict(b) for b in self.blocks]} if self.blocks else {}),
         }
 
     @classmethod
@@ -211,7 +242,24 @@ class Plan:
                 str(k): reader.integer(v, f"scratch.{k}")
                 for k, v in reader.mapping(data.get("scratch", {}), "scratch").items()
             },
+            blocks=tuple(
+                Block(
+                    device=reader.string(b.get("device"), f"blocks[{i}].device"),
+                    offset=reader.integer(b.get("offset"), f"blocks[{i}].offset"),
+                    bytes=reader.integer(b.get("bytes"), f"blocks[{i}].bytes"),
+                    first=reader.integer(b.get("first"), f"blocks[{i}].first"),
+                    last=reader.integer(b.get("last"), f"blocks[{i}].last"),
+                    adopts=None if b.get("adopts") is None else reader.string(b.get("adopts"), f"blocks[{i}].adopts"),
+                )
+                for i, b in enumerate(reader.items(data.get("blocks", []), "blocks"))
+            ),
         )
+
+
+def _block_dict(block: Block) -> dict[str, Any]:
+    return {"device": block.device, "offset": block.offset, "bytes": block.bytes, "first": block.first,
+            "last": block.last,
+            **({"adopts": block.adopts} if block.adopts is not None else {})}
 
 
 def save_plan(plan: Plan, path: str | Path) -> Path:

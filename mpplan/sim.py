@@ -32,6 +32,21 @@ def load(ranges: Iterable[LiveRange], num_steps: int) -> int:
     return max(live_profile(ranges, num_steps), default=0)
 
 
+def held_peak(spans: Iterable[tuple[int, int, int]], extra: Sequence[int]) -> int:
+    """The most bytes held at one step: allocations ``(first, last, nbytes)`` live in steps
+    ``first..last`` (inclusive), plus ``extra[step]`` held during that step alone.
+
+    A device whose arena is cut into blocks peaks at static + this, with the blocks as
+    the allocations and each op's scratch as ``extra``.
+
+    >>> held_peak([(0, 1, 10), (1, 2, 5)], [0, 3, 0])
+    18
+    """
+    num_steps = len(extra)
+    profile = live_profile((LiveRange(0, n, f, l) for f, l, n in spans), num_steps)
+    return max((held + more for held, more in zip(profile, extra)), default=0)
+
+
 def order_load(graph: Graph, order: Sequence[int]) -> int:
     """LOAD of ``order`` with every storage freed right after its last use."""
     return max(order_profile(graph, order), default=0)

@@ -10,9 +10,10 @@ every storage counted by the runtime's meter, results computed outside the arena
 included), and the section says so.  For every zoo model and GPT-2 small, with
 ``planner.grads`` static and dynamic, and with the arena on and off:
 
-* predicted: in arena mode the plan's own peak, which counts the scratch of the
-  largest result an op without an ``out=`` overload computes outside the arena
-  (``plan_with_scratch``); no arena: static + LOAD, every tensor its own allocation;
+* predicted: in arena mode the plan's own peak (``plan_with_scratch``): static + the
+  most its arena blocks (each held while its buffers live; results an op without an
+  ``out=`` overload computes kept as blocks of their own) and the running op's
+  scratch hold at one step; no arena: static + LOAD, every tensor its own allocation;
 * measured, the error, and eager PyTorch's measured peak at the same batch;
 * the median step time, planned and eager, and whether the numerics match eager.
 """
@@ -124,8 +125,7 @@ def scratch_note(rows: list[Row]) -> str:
     return (
         "With dynamic gradients (the default) the arena-mode plan needs more than eager on "
         + ", ".join(f"{m} (scratch {on[m].cells[6]})" for m in above)
-        + ": scratch comes on top of the whole arena, one block held all step, whatever the order (with no "
-        "scratch, the excess is 64-byte alignment padding); "
+        + ": the blocks held at the peak and the scratch of results copied in exceed eager's live memory; "
         + (f"without an arena the same plan needs no more than eager on {', '.join(bare)}." if bare else
            "without an arena it needs more too.")
     )
@@ -144,9 +144,11 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
         "## Plans executed: predicted, measured and eager",
         stamp(rerun("bench_gpu.py", quick)) + (f" **Unfinished: {partial}.**" if partial else ""),
         f"Device: {where}; torch {torch.__version__}; {steps} timed step(s) after 1 warm-up; {shapes}.  "
-        "Predicted in arena mode is the plan's own peak (`plan.json`), static + arena + `scratch`, the largest "
-        "result an op with no `out=` overload computes outside the arena before it is copied in (attention, "
-        "layer and batch norm, convolution); without the arena it is static + LOAD.  Measured on a virtual device "
+        "Predicted in arena mode is the plan's own peak (`plan.json`): static + the most the arena's blocks "
+        "(`blocks`, each allocated at its first buffer's step and freed after its last's; a result an op with no "
+        "`out=` overload computes, as attention, layer and batch norm and convolution do, kept as a block of its "
+        "own) and the running op's `scratch` (a result still copied in) hold at one step; without the arena it is "
+        "static + LOAD.  Measured on a virtual device "
         "counts every storage alive at once, transients included, as the CUDA allocator does.",
         table(HEADERS, [r.cells for r in rows]),
         f"Arena mode: measured within {max(arena_errors):.2f}% of predicted on every row "

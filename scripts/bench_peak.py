@@ -83,20 +83,6 @@ def together_peak(graph: Graph, found: Plan) -> tuple[int, tuple[str, ...]]:
     return static + max(total, default=0), tuple(peak_ops)
 
 
-def per_op_bound(graph: Graph, found: Plan) -> int:
-    """Static + the most, over the one device's ops, of the bytes live at the op plus the op's scratch.
-
-    What arena mode would need if an op's scratch could take arena bytes free at that op (a planned
-    allocator serving the kernel's own allocation there): a lower bound, a model, never measured here.
-    """
-    placed = placed_graph(graph, found)
-    liveness = live_ranges(placed.graph, range(len(placed.graph.ops)))
-    profile = sim.live_profile(liveness.ranges, liveness.num_steps)
-    return liveness.static_bytes + max(
-        (live + found.scratch.get(op.name, 0) for live, op in zip(profile, placed.graph.ops)), default=0
-    )
-
-
 @dataclass(frozen=True)
 class Mode:
     """One grads mode of one model: measured peaks on one device and on two."""
@@ -105,8 +91,8 @@ class Mode:
     one: int
     scratch: int  # of ``one``: the most one op holds outside the arena (results copied in)
     lower_bound: int  # the one-device plan without an arena: static + LOAD, every tensor its own allocation
-    per_op: int  # static + the most bytes live at one op plus that op's scratch (arena bytes free then reused)
-    unpadded: int  # the one-device plan's peak with 1-byte alignment (predicted)
+    single: int  # the same plan with the one-block arena held all step (``blocks=False``), predicted
+    blocks: tuple[int, int]  # the one-device plan's arena blocks, and how many of them are adopted results
     two: tuple[int, ...]
     together: int
     copies: int
@@ -143,9 +129,9 @@ def measure(case: TorchCase, found: Plan, *, eager: bool):
                             eager=eager)
 
 
-def with_scratch(case: TorchCase, found: Plan) -> Plan:
-    """``found`` counting what arena mode holds outside the arena on the virtual devices."""
-    return plan_with_scratch(case.program, found, "virtual")
+def with_scratch(case: TorchCase, found: Plan, *, blocks: bool = True) -> Plan:
+    """``found`` as arena mode runs it on the virtual devices: its blocks and what it holds outside them."""
+    return plan_with_scratch(case.program, found, "virtual", blocks=blocks)
 
 
 def torch_result(case: TorchCase) -> TorchResult:
@@ -158,12 +144,12 @@ def torch_result(case: TorchCase) -> TorchResult:
     modes = []
     for grads in GRADS:
         settings = dataclasses.replace(base, grads=grads)
-        single = with_scratch(case, plan(graph, one_device, dataclasses.replace(settings, placement="single")))
+        bare = plan(graph, one_device, dataclasses.replace(settings, placement="single"))
+        single = with_scratch(case, bare)
         first = measure(case, single, eager=True)  # eager again: the numerics check of this mode's plan
         assert first.eager is not None
         eager = eager or first.eager.devices[0].measured_peak_bytes
-        unpadded = with_scratch(case, plan(graph, one_device,
-                                           dataclasses.replace(settings, placement="single", alignment=1)))
+        one_block = with_scratch(case, bare, blocks=False).max_peak_bytes
         pipeline = with_scratch(case, plan(graph, two_devices, dataclasses.replace(settings, placement="pipeline")))
         second = measure(case, pipeline, eager=False)
         two = tuple(d.measured_peak_bytes for d in second.devices)
@@ -171,9 +157,10 @@ def torch_result(case: TorchCase) -> TorchResult:
             assert [d.measured_peak_bytes for d in m.devices] == [d.peak_bytes for d in p.devices], (m, p)
         together, peak_ops = together_peak(graph, pipeline)
         d = single.devices[0]
+        adopted = sum(b.adopts is not None for b in single.blocks)
         modes.append(Mode(grads, first.devices[0].measured_peak_bytes, d.scratch_bytes, d.lower_bound_bytes,
-                          per_op_bound(graph, single),
-                          unpadded.max_peak_bytes, two, together, pipeline.cross_device_bytes, peak_ops,
+                          one_block, (len(single.blocks), adopted), two, together, pipeline.cross_device_bytes,
+                          peak_ops,
                           first.numerics is not None and first.numerics.ok))
         log(f"  {grads}: one device {human(modes[-1].one)}, two {[human(b) for b in two]} (eager {human(eager)})")
     assigners = [case.label, len(graph.ops), human(found["auto"].devices[0].static_bytes), human(grad_bytes(graph)),
@@ -189,7 +176,8 @@ def eager_rows(results: Sequence[TorchResult]) -> list[list[object]]:
             total = sum(m.two)
             rows.append([
                 r.label, human(r.eager), f"`{m.grads}`" + (" (default)" if m.grads == "dynamic" else ""),
-                human(m.one), human(m.scratch), verdict(m.one, r.eager), human(m.lower_bound),
+                human(m.one), human(m.scratch), f"{m.blocks[0]} ({m.blocks[1]})", verdict(m.one, r.eager),
+                human(m.single), verdict(m.single, r.eager), human(m.lower_bound),
                 verdict(m.lower_bound, r.eager), " / ".join(human(b) for b in m.two),
                 verdict(max(m.two), r.eager), f"{total / r.eager:.3f}", f"{total / m.one:.3f}",
                 f"{m.together / m.one:.3f}", human(m.copies), "yes" if m.numerics_ok else "**no**",
@@ -198,38 +186,33 @@ def eager_rows(results: Sequence[TorchResult]) -> list[list[object]]:
 
 
 def eager_note(results: Sequence[TorchResult]) -> str:
-    """How the default plan compares with eager, what scratch costs it, and what the static model costs."""
+    """How the default plan compares with eager, what the blocks bought over one block, and the static model."""
     dynamic = [(r, r.modes[0]) for r in results]
     savings = [100 * (r.eager - m.one) / r.eager for r, m in dynamic]
-    worse = [
-        f"{r.label} by {human(m.one - r.eager)} (scratch {human(m.scratch)}"
-        + (f"; 64-byte alignment padding: with 1-byte alignment {human(r.eager - m.unpadded)} less than eager"
-           if m.unpadded <= r.eager else "")
-        + ")"
-        for r, m in dynamic
-        if m.one > r.eager
-    ]
-    bare_worse = [r.label for r, m in dynamic if m.lower_bound > r.eager]
+    worse = [f"{r.label} by {human(m.one - r.eager)}" for r, m in dynamic if m.one > r.eager]
+    single_worse = [f"{r.label} {verdict(m.single, r.eager)}" for r, m in dynamic if m.single > r.eager]
+    at_bound = [r.label for r, m in dynamic if m.one == m.lower_bound]
     static_worse = [r for r in results if r.modes[1].one > r.eager]
     covered = all(r.modes[1].one - r.eager <= r.grads for r in static_worse)
-    least = f"{-min(savings):.2f}% more" if min(savings) < 0 else f"{min(savings):.1f}% less"
+    least = f"{-min(savings):.2f}% more" if min(savings) < 0 else f"{min(savings):.2f}% less"
     head = (
         f"With the default `planner.grads: dynamic` the measured plan in arena mode needs from "
         f"{max(savings):.1f}% less to {least} than eager on one device"
         + (f"; more on {'; '.join(worse)}." if worse else ", never more.")
-        + "  Every planned number is the plan's own peak, measured exactly: static + arena + scratch, where "
-        "scratch is the largest result an op with no `out=` overload (attention, convolution, layer, group and "
-        "batch norm on CPU) computes outside the arena and copies in.  The arena is one block held all step, so "
-        "that scratch adds to the whole arena whatever the order; without an arena (every tensor its own "
-        "allocation, freed after its last use) the same plan needs static + LOAD, "
-        + (f"more than eager on {', '.join(bare_worse)}." if bare_worse else "no more than eager on every model.")
-        + "  If each op's scratch could take arena bytes free at that op (a planned allocator serving the "
-        "kernel's own allocation inside the arena, possible with a CUDA memory pool, not with the CPU "
-        "allocator), the bound static + max over ops of (live + scratch) would be "
-        + ", ".join(f"{r.label} {verdict(m.per_op, r.eager)}" for r, m in dynamic)
-        + " (a model from the plan, not measured)."
+        + "  Every planned number is the plan's own peak, measured exactly: static + the most the arena's "
+        "blocks (each allocated at its first buffer's step, freed after its last's) and the running op's "
+        "scratch hold at one step.  A result an op with no `out=` overload (attention, convolution, layer, "
+        "group and batch norm on CPU) computes is kept as a block of its own (adopted) instead of copied into "
+        "the arena, so it holds no scratch; the plan keeps whichever of three layouts the simulator gives the "
+        "least peak (adopt only results alone in their block of the cut arena, adopt all, one block per "
+        "buffer), fewest blocks on ties"
+        + (f"; it reaches static + LOAD (no-arena mode's memory) on {', '.join(at_bound)}." if at_bound else ".")
+        + "  The one-block arena (`planner` plan with `plan_with_scratch(..., blocks=False)`, held all step, "
+        "results copied in) predicts "
+        + (f"more than eager on {', '.join(single_worse)}." if single_worse else "no more than eager.")
         + "  Eager's meter counts each storage's own bytes, as the CUDA allocator does not (it rounds every "
-        "block up to 512 bytes), so on a GPU eager pays more padding than the plan's 64-byte alignment."
+        "block up to 512 bytes); on a GPU many small blocks pay that rounding too, which a virtual device "
+        "does not show."
     )
     static = (
         f"  With `static` gradients (memonger's model: every parameter gradient resident all step) the plan "
@@ -298,8 +281,11 @@ def section(quick: bool) -> str:
                 "warm-up.  `planned`: the plan executed in arena mode, measured the same way (equal to the plan's own "
                 "peak, scratch included, on a virtual device), for one device and for two (pipeline placement, each "
                 "device with the config's first device's capacity), in each `planner.grads` mode; `of which "
-                "scratch`: what one op holds outside the arena; `no arena`: the same plan's static + LOAD, what it "
-                "needs with every tensor its own allocation.  `2 devices, max`: the larger "
+                "scratch`: what one op holds outside the arena; `blocks (adopted)`: the arena's blocks, and how many "
+                "are results kept where their kernel made them; `one-block arena`: the same plan with one arena "
+                "block held all step and results copied in (predicted, what the planned peak was before blocks); "
+                "`no arena`: the same plan's static + LOAD, what it needs with every tensor its own allocation.  "
+                "`2 devices, max`: the larger "
                 "device peak against eager; `sum / eager` and `sum / 1 device`: the two peaks added; `both at one "
                 "step / 1 device`: the most the two devices hold together at any one step; `copies`: bytes copied "
                 "between the devices per step.  Everything runs on virtual devices (CPU memory, every live storage "
@@ -307,7 +293,8 @@ def section(quick: bool) -> str:
                 "weights match eager's.  Rows name the config (`configs/<name>.yaml`) and any `--set` overrides."
             ),
             table(
-                ["model", "eager", "grads", "1 device: planned", "of which scratch", "planned / eager",
+                ["model", "eager", "grads", "1 device: planned", "of which scratch", "blocks (adopted)",
+                 "planned / eager", "one-block arena", "one-block / eager",
                  "no arena: static + LOAD", "no arena / eager", "2 devices: peaks",
                  "2 devices, max / eager", "sum / eager", "sum / 1 device", "both at one step / 1 device", "copies",
                  "numerics ok"],

@@ -20,12 +20,17 @@ from mpplan.units import MAX_BYTES
 if TYPE_CHECKING:  # torch is imported on first use, for model.torch only
     import torch
 
+    from mpplan.capture.torch_capture import CapturedProgram
+
 logger = logging.getLogger("mpplan")
 
 
-def graph_from_config(config: Config) -> Graph:
-    """Build the graph the config's ``model`` section names, and check the config's references into it."""
-    graph = _build_graph(config)
+def graph_from_config(config: Config, program: CapturedProgram | None = None) -> Graph:
+    """Build the graph the config's ``model`` section names, and check the config's references into it.
+
+    ``program``: the config's torch model already captured (``program_from_config``), whose graph it is.
+    """
+    graph = program.graph if program is not None else _build_graph(config)
     total = sum(t.nbytes for t in graph.tensors)
     if total > MAX_BYTES:  # beyond it, the planner's 64-bit arithmetic would overflow
         raise ConfigError(f"{config.source}: model: the graph's tensors hold {total} bytes, more than 2**62")
@@ -65,13 +70,18 @@ def _build_graph(config: Config) -> Graph:
             return synthetic_graph(kind, **kwargs)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{config.source}: model.synthetic: {exc}") from None
-    assert model.torch is not None
-    from mpplan.capture.torch_capture import capture
+    return program_from_config(config).graph
 
+
+def program_from_config(config: Config) -> CapturedProgram:
+    """The config's ``model.torch`` captured on ``meta`` (nothing allocated): its graph and traced kernels."""
+    from mpplan.capture.torch_capture import capture_program
+
+    torch_spec = config.model.torch
+    assert torch_spec is not None
     module, inputs = build_torch_model(config, device="meta")
-    torch_spec = model.torch
     optimizer = None if torch_spec.optimizer == "none" else torch_spec.optimizer
-    return capture(module, inputs, mode=torch_spec.mode, optimizer=optimizer)
+    return capture_program(module, inputs, mode=torch_spec.mode, optimizer=optimizer)
 
 
 def build_torch_model(config: Config, device: str = "cpu", seed: int = 0) -> tuple[Any, Any]:

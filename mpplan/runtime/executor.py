@@ -3,7 +3,9 @@
 An ``Executor`` owns the run's state: the program's sources (parameters, buffers,
 inputs, optimizer state, constants), each cloned onto the home device of its
 storage with a storage of exactly its size; the parameter gradients, resident
-across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
+across steps like ``.grad``; and in arena mode one ``uint8`` arena per device, or,
+when the plan cuts its arenas into blocks (``plan.blocks``), the blocks allocated
+now (``block_memory.BlockMemory``): each from its first step through its last.
 ``run_step`` executes the schedule once:
 
 * each op runs through ``CapturedProgram.run_node`` against an env of fx values; an
@@ -19,7 +21,8 @@ across steps like ``.grad``; and in arena mode one ``uint8`` arena per device.
   to its ``out=`` overload (or an exact rewrite onto one) writing into the planned
   arena views, or else
   computes the result and copies it in, counting the result as transient; factory
-  ops get the op's device.
+  ops get the op's device.  A result its plan adopts (``plan.Block.adopts``) is not
+  redirected: the kernel's own allocation is its block.
 
 Transients are real memory: a CUDA allocator holds them next to the arena, so the
 meter counts them with everything else alive at that moment.  Which steps compute
@@ -43,10 +46,11 @@ import torch
 from mpplan.capture.torch_capture import SourceRole
 from mpplan.errors import PlanError
 from mpplan.runtime.arena import Layout, arena_view, layout_of, packed_stride, region_bytes
+from mpplan.runtime.block_memory import BlockMemory
 from mpplan.runtime.devices import DeviceMap
 from mpplan.runtime.redirect import ExecMode, Job, Redirect
 from mpplan.runtime.schedule import Schedule, Step
-from mpplan.runtime.scratch import landing
+from mpplan.runtime.scratch import Landing, landing
 from mpplan.runtime.tracking import StorageMeter
 
 __all__ = ["CUDA_ALIGNMENT", "Executor", "StepValues", "Trace"]
@@ -104,13 +108,15 @@ class Executor:
         self.meter = meter or StorageMeter()
         self._mode = ExecMode(self.meter)
         self._sources = self._bind_sources(model, example_inputs)
-        self._arenas = self._make_arenas() if arena else {}
+        plan = schedule.plan
+        self._blocks = BlockMemory(schedule) if arena and plan.blocks else None
+        self._arenas = self._make_arenas() if arena and self._blocks is None else {}
         self._static = self._make_static_buffers() if arena else {}
-        self._buffers = self._target_buffers() if arena else {}
+        self._landings = self._target_landings() if arena else {}
         self.scratch_bytes: dict[str, int] = {d: 0 for d in schedule.devices}
-        for index, redirect in self._buffers.items():
+        for index, how in self._landings.items():
             device = schedule.steps[index].device
-            self.scratch_bytes[device] = max(self.scratch_bytes[device], redirect.scratch)
+            self.scratch_bytes[device] = max(self.scratch_bytes[device], how.scratch)
         self._carry = self._initial_grads()
         self._grad_nodes = dict(zip(self.program.grads, self.program.output_nodes[1:]))
 
@@ -176,18 +182,17 @@ class Executor:
             carry[nodes[0]] = value
         return carry
 
-    def _target_buffers(self) -> dict[int, Redirect]:
-        """For every step with fresh outputs, the planned tensors they are written into (see ``scratch.landing``)."""
+    def _target_landings(self) -> dict[int, Landing]:
+        """For every step with fresh outputs to place, how they land (``scratch.landing``), checked against the plan."""
         plan = self.schedule.plan
-        per_step: dict[int, Redirect] = {}
+        adopted = self._blocks.adopted if self._blocks is not None else frozenset()
+        per_step: dict[int, Landing] = {}
         for step in self.schedule.steps:
-            how = landing(self.program, step, self.device_map.torch_device(step.device).type)
+            how = landing(self.program, step, self.device_map.torch_device(step.device).type, adopted)
             if how is None:
                 continue
-            views = []
             for target in how.targets:
                 if target.static:
-                    views.append(self._static[target.tensor])
                     continue
                 buffer = plan.buffers.get(target.tensor)
                 if buffer is None:
@@ -202,10 +207,29 @@ class Executor:
                         f"plan: buffer of {target.tensor!r} has {buffer.bytes} bytes, the tensor spans "
                         f"{target.layout.span_bytes}"
                     )
-                views.append(arena_view(self._arenas[step.device], buffer.offset, target.layout,
-                                        where=f"buffer {target.tensor!r}"))
-            per_step[step.index] = Redirect(how.targets, tuple(views), how.use_out, how.rewrite, how.scratch)
+            per_step[step.index] = how
         return per_step
+
+    def _redirect(self, step: Step, how: Landing) -> Redirect:
+        """``how``'s targets with the planned tensors they go to, views of the memory allocated now."""
+        views = []
+        for target in how.targets:
+            if target.static:
+                views.append(self._static[target.tensor])
+                continue
+            buffer = self.schedule.plan.buffers[target.tensor]
+            if target.layout.span_bytes == 0:  # no bytes, so in no block: any storage of its device holds it
+                base, offset = torch.empty(0, dtype=torch.uint8, device=self.device_map.torch_device(step.device)), 0
+            else:
+                base, offset = self._memory(step.device, buffer.offset)
+            views.append(arena_view(base, offset, target.layout, where=f"buffer {target.tensor!r}"))
+        return Redirect(how.targets, tuple(views), how.use_out, how.rewrite, how.scratch)
+
+    def _memory(self, device: str, offset: int) -> tuple[torch.Tensor, int]:
+        """The allocation holding arena offset ``offset`` of ``device`` now, and the offset within it."""
+        if self._blocks is None:
+            return self._arenas[device], offset
+        return self._blocks.holding(device, offset)
 
     # ---- one step -------------------------------------------------------------------------------
 
@@ -232,6 +256,8 @@ class Executor:
         for step in self.schedule.steps:
             for name in step.drop_before:
                 env.pop(name, None)
+            if self._blocks is not None:
+                self._blocks.open(step, self.device_map, self.meter)
             view = _DeviceEnv(env, overlays[step.device])
             reads = _clone_all(view, step.inputs) if observe else {}
             self.meter.device = step.device
@@ -256,6 +282,8 @@ class Executor:
                     overlay = overlays[release.overlay_device]
                     for name in release.overlay_nodes:
                         overlay.pop(name, None)
+            if self._blocks is not None:
+                self._blocks.close(step)
         self.meter.sample()
         for _device, _layout, nodes in self.schedule.static_roots.values():
             for name in nodes:
@@ -268,8 +296,8 @@ class Executor:
         return StepValues(outputs, MappingProxyType(grads), copied, transient)
 
     def _run_op(self, step: Step, view: _DeviceEnv) -> int:
-        redirect = self._buffers.get(step.index) if self.arena else None
-        job = None if redirect is None else Job(step, redirect)
+        how = self._landings.get(step.index) if self.arena else None
+        job = None if how is None else Job(step, self._redirect(step, how))
         self._mode.job = job
         try:
             assert step.node is not None
@@ -331,8 +359,8 @@ class Executor:
             raise PlanError(f"plan: copy {name!r} has no buffer")
         if buffer.offset % itemsize:
             raise PlanError(f"copy {name!r}: offset {buffer.offset} is not a multiple of the element size {itemsize}")
-        return arena_view(self._arenas[step.device], buffer.offset, Layout((nbytes,), (1,), 0, torch.uint8),
-                          where=f"copy {name!r}")
+        base, offset = self._memory(step.device, buffer.offset)
+        return arena_view(base, offset, Layout((nbytes,), (1,), 0, torch.uint8), where=f"copy {name!r}")
 
 
 class _DeviceEnv(MutableMapping):

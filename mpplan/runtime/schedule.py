@@ -15,7 +15,7 @@ Nothing here touches real tensors; ``executor`` runs the steps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -357,12 +357,16 @@ def flatten(value: Any) -> list[Any]:
 
 
 def unflatten(like: Any, leaves: list[Any]) -> Any:
-    """``like``'s structure with its leaves replaced by ``leaves`` (in ``flatten`` order)."""
-    it = iter(leaves)
+    """``like``'s structure with its leaves replaced by ``leaves`` (in ``flatten`` order).
 
-    def build(v: Any) -> Any:
-        if isinstance(v, (list, tuple)):
-            return type(v)(build(x) for x in v)
-        return next(it)
+    A module-level helper, not a recursive closure: a closure naming itself is a
+    reference cycle, which would hold ``leaves`` (an op's results) until the garbage
+    collector runs, and their memory with them (an arena block outliving its buffers).
+    """
+    return _build(like, iter(leaves))
 
-    return build(like)
+
+def _build(like: Any, leaves: Iterator[Any]) -> Any:
+    if isinstance(like, (list, tuple)):
+        return type(like)(_build(x, leaves) for x in like)
+    return next(leaves)

@@ -8,28 +8,32 @@ meter) counts it.  How each step's results land, and so how many bytes it holds
 outside, is known before anything runs, from the traced values (``landing``).
 
 ``with_scratch`` puts that into the plan: ``plan.scratch`` per op and each device's
-``scratch_bytes``, the largest of its ops', added to its peak.  The arena is one
-block allocated for the whole step, so at the op holding the most scratch the
-device holds the full arena plus that scratch: ``peak = static + arena + scratch``,
-whatever the order or the offsets.  The schedule and the assignment therefore cannot
-trade scratch for arena, and the planner's passes need not see it; what lowers it is
-an op landing in the arena (an ``out=`` overload or a rewrite), which moves its
-result's bytes out of the scratch.
+``scratch_bytes``, the largest of its ops', added to its peak.  With a one-block
+arena, allocated for the whole step, the device holds the full arena plus the
+largest scratch: ``peak = static + arena + scratch``, whatever the order or offsets.
+
+``plan_with_scratch`` (the default) cuts the arena into blocks instead (``blocks``,
+``with_blocks``): each held only while its buffers live, and a copied-in result kept
+as a block of its own where that lowers the peak (adopted: no copy, no scratch).
+Its peak is static + the most the live blocks and the running op's scratch hold at
+one step, which is what the run measures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Set as AbstractSet
 from dataclasses import dataclass
 
+from mpplan import sim
 from mpplan.capture.torch_capture import CapturedProgram
-from mpplan.plan import Plan
+from mpplan.plan import Block, Plan
 from mpplan.runtime.arena import Rewrite, exact_rewrite
+from mpplan.runtime.blocks import alone, buffer_lives, buffer_sizes, cut_blocks, own_blocks
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.schedule import Schedule, Step, Target, compile_schedule, flatten
 
-__all__ = ["Landing", "landing", "op_scratch", "plan_with_scratch", "with_scratch"]
+__all__ = ["Landing", "landing", "op_scratch", "plan_with_scratch", "with_blocks", "with_scratch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +52,22 @@ class Landing:
     scratch: int
 
 
-def landing(program: CapturedProgram, step: Step, device_type: str) -> Landing | None:
+def landing(program: CapturedProgram, step: Step, device_type: str,
+            adopted: AbstractSet[str] = frozenset()) -> Landing | None:
     """How ``step``'s results land when its device is of ``device_type``; ``None`` when none go to planned memory.
 
     A generated ``out=`` overload computes into a hidden temporary and copies it into
     ``out``: the same memory as computing and copying in, but hidden from the meter,
-    so it counts as no overload.
+    so it counts as no overload.  Results whose tensor is in ``adopted`` (a block of
+    the plan that is the kernel's own allocation) are not targets: they stay where
+    the kernel put them.
     """
-    targets = tuple(t for t in step.targets if t.device_type == device_type)
+    kept = tuple(t for t in step.targets if t.device_type == device_type)
+    targets = tuple(t for t in kept if t.tensor not in adopted)
     if not targets:
         return None
+    if len(targets) < len(kept):  # only a copied-in result is adopted: the rest of this op's are copied in too
+        return Landing(targets, False, None, _result_bytes(program, step, targets))
     complete = len(targets) == len(step.targets)
     use_out = step.out is not None and not step.out.generated and complete
     rewrite = None if use_out or not complete or len(targets) != 1 else exact_rewrite(step.func, device_type)
@@ -76,13 +86,16 @@ def _result_bytes(program: CapturedProgram, step: Step, targets: tuple[Target, .
     return sum(storages.values())
 
 
-def op_scratch(schedule: Schedule, device_map: DeviceMap) -> dict[str, int]:
-    """Op name -> bytes it holds outside the arena when ``schedule`` runs on ``device_map`` (only ops holding some)."""
+def op_scratch(schedule: Schedule, device_map: DeviceMap, adopted: AbstractSet[str] = frozenset()) -> dict[str, int]:
+    """Op name -> bytes it holds outside the arena when ``schedule`` runs on ``device_map`` (only ops holding some).
+
+    ``adopted``: tensors whose kernel results are kept as their blocks (see ``landing``).
+    """
     scratch = {}
     for step in schedule.steps:
         if step.copy is not None:
             continue
-        how = landing(schedule.program, step, device_map.torch_device(step.device).type)
+        how = landing(schedule.program, step, device_map.torch_device(step.device).type, adopted)
         if how is not None and how.scratch:
             scratch[step.op] = how.scratch
     return scratch
@@ -121,11 +134,71 @@ def with_scratch(plan: Plan, scratch: Mapping[str, int]) -> Plan:
     return dataclasses.replace(plan, devices=devices, scratch=kept, max_peak_bytes=max(d.peak_bytes for d in devices))
 
 
-def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg = None) -> Plan:
-    """``plan`` counting what arena mode holds outside the arena when it runs ``program`` on ``devices``.
+def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg = None, *,
+                      blocks: bool = True) -> Plan:
+    """``plan`` as arena mode runs ``program`` on ``devices``: its blocks, and what it holds outside them.
 
     ``devices`` as for ``evaluate`` (see ``map_devices``): which ops compute outside
-    the arena depends on the torch device type their kernels run on.
+    the arena depends on the torch device type their kernels run on.  ``blocks``
+    (the default, which measures least on every model of the peak benchmark) keeps
+    every copied-in result the kernel allocates as a block of its own (adopted) and
+    cuts the rest of each arena into blocks (``blocks.cut_blocks``); ``False`` keeps one block per device, the whole
+    arena held all step.
     """
     device_map = map_devices([d.name for d in plan.devices], devices)
-    return with_scratch(plan, op_scratch(compile_schedule(program, plan), device_map))
+    schedule = compile_schedule(program, plan)
+    if not blocks:
+        return with_scratch(plan, op_scratch(schedule, device_map))
+    sizes, lives = buffer_sizes(schedule.placed), buffer_lives(schedule.placed)
+    candidates: set[str] = set()
+    for step in schedule.steps:
+        how = None if step.copy is not None else landing(program, step, device_map.torch_device(step.device).type)
+        if how is not None and how.scratch:
+            candidates.update(_adoptable(program, step, how.targets, sizes))
+    # Adopting a buffer alone in its block only drops its scratch; adopting one that shares a block can
+    # leave that block as long-lived as before while its own memory is held beside it; one block per
+    # buffer holds what no-arena mode holds, in the most blocks.  The simulator decides (its peak is
+    # what the run measures); on ties the fewest blocks win.
+    safe = frozenset(candidates & alone(plan.buffers, sizes, lives))
+    every = frozenset(candidates)
+    choices = [with_blocks(plan, cut(plan.buffers, sizes, lives, adopted), op_scratch(schedule, device_map, adopted))
+               for cut, adopted in ((cut_blocks, safe), (cut_blocks, every), (own_blocks, every))]
+    return min(choices, key=lambda p: (p.max_peak_bytes, len(p.blocks)))
+
+
+def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...],
+               sizes: Mapping[str, int]) -> list[str]:
+    """The copied-in results of ``step`` the kernel's own storage can be kept as: dynamic, each in a
+    storage of its own of exactly the buffer's bytes, starting at its first element."""
+    assert step.node is not None
+    leaves = flatten(program.nodes[step.node].meta.get("val"))
+    storages = [id(leaves[t.leaf].untyped_storage()) for t in targets]
+    found = []
+    for target, storage in zip(targets, storages):
+        leaf = leaves[target.leaf]
+        if target.static or storages.count(storage) > 1:
+            continue
+        if leaf.storage_offset() == 0 and int(leaf.untyped_storage().nbytes()) == sizes[target.tensor]:
+            found.append(target.tensor)
+    return found
+
+
+def with_blocks(plan: Plan, blocks: tuple[Block, ...], scratch: Mapping[str, int]) -> Plan:
+    """``plan`` with its arenas cut into ``blocks`` and holding ``scratch`` (op -> bytes).
+
+    Pure.  Each device's peak is static + the most its allocated blocks and the
+    running op's scratch hold at one step (``sim.held_peak``); ``scratch_bytes`` is
+    its ops' largest scratch, as for ``with_scratch``.
+    """
+    counted = with_scratch(plan, scratch)
+    step_of = {op: k for k, op in enumerate(plan.schedule)}
+    devices = []
+    for d in counted.devices:
+        extra = [0] * len(plan.schedule)
+        for op, nbytes in counted.scratch.items():
+            if counted.placement.get(op, d.name) == d.name:
+                extra[step_of[op]] = nbytes
+        mine = [(b.first, b.last, b.bytes) for b in blocks if b.device == d.name]
+        devices.append(dataclasses.replace(d, peak_bytes=d.static_bytes + sim.held_peak(mine, extra)))
+    return dataclasses.replace(counted, devices=tuple(devices), blocks=blocks,
+                               max_peak_bytes=max(d.peak_bytes for d in devices))

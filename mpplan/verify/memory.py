@@ -138,7 +138,9 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
     used = max((b.offset + b.bytes for b in map(plan.buffers.__getitem__, dynamic)), default=0)
     if device.arena_bytes < used:
         _fail(f"device {device.name}: arena_bytes {device.arena_bytes} is below the buffers' extent {used}")
-    if device.peak_bytes != device.static_bytes + device.arena_bytes + device.scratch_bytes:
+    if plan.blocks:
+        check_blocks(plan, device, size, dynamic, first, last)
+    elif device.peak_bytes != device.static_bytes + device.arena_bytes + device.scratch_bytes:
         _fail(
             f"device {device.name}: peak_bytes {device.peak_bytes} != static {device.static_bytes} "
             f"+ arena {device.arena_bytes} + scratch {device.scratch_bytes}"
@@ -153,6 +155,57 @@ def check_peaks(plan: Plan, device: DevicePlan, size: dict[str, int], static: li
         _fail(
             f"device {device.name}: lower_bound_bytes {device.lower_bound_bytes} != static {static_bytes} + LOAD {load}"
         )
+
+
+def check_blocks(plan: Plan, device: DevicePlan, size: dict[str, int], dynamic: list[str], first: dict[str, int],
+                 last: dict[str, int]) -> None:
+    """The device's arena blocks: each non-empty buffer in one block allocated through its steps (or adopted
+    by a block of its own), no two blocks allocated at one step sharing offsets, and the peak the plan claims:
+    static + the most the allocated blocks and the running op's scratch hold at one step."""
+    steps = len(plan.schedule)
+    mine = [b for b in plan.blocks if b.device == device.name]
+    dynamic_set = set(dynamic)
+    adopted: dict[str, int] = {}
+    shared = []
+    for i, b in enumerate(mine):
+        if b.bytes <= 0 or b.offset < 0 or not 0 <= b.first <= b.last < steps:
+            _fail(f"device {device.name}: block [{b.offset}, +{b.bytes}) in steps {b.first}..{b.last} is not a "
+                  f"non-empty allocation within the {steps}-step schedule")
+        if b.adopts is None:
+            shared.append(b)
+            continue
+        s = b.adopts
+        if s not in dynamic_set or s in adopted:
+            _fail(f"device {device.name}: block adopts {s!r}, not a dynamic storage of the device adopted once")
+        buf = plan.buffers[s]
+        if (b.offset, b.bytes, b.first, b.last) != (buf.offset, size[s], first[s], last[s]):
+            _fail(f"device {device.name}: block adopting {s!r} is not its buffer's bytes and steps")
+        adopted[s] = i
+    shared.sort(key=lambda b: b.offset)
+    for s in dynamic:
+        if not size[s] or s in adopted:
+            continue
+        buf = plan.buffers[s]
+        if not any(b.offset <= buf.offset and buf.offset + size[s] <= b.offset + b.bytes
+                   and b.first <= first[s] and last[s] <= b.last for b in shared):
+            _fail(f"tensor {s!r}: its bytes [{buf.offset}, {buf.offset + size[s]}) in steps {first[s]}..{last[s]} "
+                  f"lie in no block of {device.name}")
+    for b, c in itertools.combinations(shared, 2):
+        if b.first <= c.last and c.first <= b.last and b.offset < c.offset + c.bytes and c.offset < b.offset + b.bytes:
+            _fail(f"device {device.name}: blocks [{b.offset}, +{b.bytes}) and [{c.offset}, +{c.bytes}) share "
+                  f"offsets while both are allocated (steps {b.first}..{b.last} and {c.first}..{c.last})")
+    held = [0] * (steps + 1)
+    for b in mine:
+        held[b.first] += b.bytes
+        held[b.last + 1] -= b.bytes
+    extra = [0] * steps
+    for k, op in enumerate(plan.schedule):
+        if plan.placement.get(op, device.name) == device.name:
+            extra[k] = plan.scratch.get(op, 0)
+    peak = device.static_bytes + max((h + e for h, e in zip(itertools.accumulate(held), extra)), default=0)
+    if device.peak_bytes != peak:
+        _fail(f"device {device.name}: peak_bytes {device.peak_bytes} != {peak}, static + the most its allocated "
+              "blocks and an op's scratch hold at one step")
 
 
 def check_scratch(plan: Plan, device_of: dict[str, str]) -> None:

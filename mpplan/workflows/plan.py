@@ -51,7 +51,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     Writes ``plan.json`` (verified), ``timeline.json``, ``baselines.json`` and ``report.md``;
     ``ConfigError`` when the config names no device.
     """
-    from mpplan.capture import graph_from_config
+    from mpplan.capture import graph_from_config, program_from_config
     from mpplan.planner import PlannerSettings, plan
     from mpplan.verify import verify
 
@@ -59,10 +59,20 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     if not devices:
         raise ConfigError(f"{config.source}: devices: needs at least one device to plan for")
     folder = output_folder("plan", out, config.output.dir)
-    graph = graph_from_config(config)
+    program = program_from_config(config) if config.model.torch is not None else None
+    graph = graph_from_config(config, program)
+
+    def as_run(planned: Plan) -> Plan:
+        """What arena mode holds when it runs a torch model's plan: the peak a device really needs."""
+        if program is None:
+            return planned
+        from mpplan.runtime.scratch import plan_with_scratch
+
+        return plan_with_scratch(program, planned)
+
     settings = PlannerSettings.from_config(config.planner)
     try:
-        result = plan(graph, devices, settings)
+        result = as_run(plan(graph, devices, settings))
     except RematInfeasibleError as exc:
         if exc.plan is None:
             raise
@@ -76,7 +86,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         "one device, as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
     }
     if result.remat:
-        without = plan(graph, devices, dataclasses.replace(settings, remat="none"))
+        without = as_run(plan(graph, devices, dataclasses.replace(settings, remat="none")))
         baselines["these settings without recomputation"] = without.max_peak_bytes
     baselines["this plan"] = result.max_peak_bytes
     report = write_plan_report(graph, result, folder, baselines, figures=False)
