@@ -19,7 +19,7 @@ from mpplan.errors import ConfigError
 from mpplan.graph import Graph, with_dynamic_grads
 from mpplan.liveness import Liveness, live_ranges
 from mpplan.passes.assign import assign_arena
-from mpplan.passes.copies import Placed, inject_copies, legalize
+from mpplan.passes.copies import Placed, inject_copies, legalize, listing
 from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
 from mpplan.passes.remat.fit import Fitted, fit_planned
@@ -149,19 +149,19 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         seconds["place"] = _lap(clock)
         bar.update(note="copies")
         clock = time.perf_counter()
-        placed = inject_copies(graph, order, op_device)
+        listed = listing(graph, order, op_device, relist=settings.parallel_safe)
         seconds["copies"] = _lap(clock)
         device_plans, buffers = [], {}
         liveness_s = assign_s = 0.0
         for device in devices:
             bar.update(note=f"assign {device.name}")
             clock = time.perf_counter()
-            storages = frozenset(s for s, d in enumerate(placed.storage_device) if d == device.name)
-            liveness = live_ranges(placed.graph, range(len(placed.graph.ops)), storages)
+            storages = frozenset(s for s, d in enumerate(listed.storage_device) if d == device.name)
+            liveness = live_ranges(listed.graph, listed.order, storages)
             liveness_s += _lap(clock)
             clock = time.perf_counter()
             arena = assign_arena(
-                placed.graph,
+                listed.graph,
                 liveness,
                 assigner=settings.assign,
                 alignment=settings.alignment,
@@ -170,7 +170,7 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
             assign_s += _lap(clock)
             device_plans.append(_device_plan(device, liveness, arena.arena))
             for s, offset in sorted(arena.offsets.items()):
-                buffers[placed.graph.tensors[s].name] = Buffer(device.name, offset, arena.sizes[s])
+                buffers[listed.graph.tensors[s].name] = Buffer(device.name, offset, arena.sizes[s])
         bar.update()
     seconds["liveness"] = round(liveness_s, 6)
     seconds["assign"] = round(assign_s, 6)
@@ -179,17 +179,17 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
         graph_name=original.name,
         graph_hash=original.content_hash,
         devices=tuple(device_plans),
-        schedule=tuple(op.name for op in placed.graph.ops),
-        placement={op.name: d for op, d in zip(placed.graph.ops, placed.op_device)},
+        schedule=tuple(listed.graph.ops[k].name for k in listed.order),
+        placement={listed.graph.ops[k].name: d for k, d in zip(listed.order, listed.op_device)},
         buffers=buffers,
-        copies=placed.copies,
+        copies=listed.copies,
         max_peak_bytes=max(d.peak_bytes for d in device_plans),
-        cross_device_bytes=placed.cross_device_bytes,
+        cross_device_bytes=listed.cross_device_bytes,
         settings=PlanSettings.from_mapping(
             {**settings.to_dict(), "placement_chosen": chosen, **_remat_chosen(rematted)}
         ),
         seconds=seconds,
-        module_devices=module_devices(placed),
+        module_devices=module_devices(listed),
         remat=tuple(RematRecord.from_mapping(r) for r in rematted.plan_records()) if rematted else (),
         compute_overhead=rematted.compute_overhead if rematted else 0.0,
     )

@@ -39,7 +39,7 @@ PLAN_PARTS = (
     ("schedule", "schedule_ops"),
     ("placement", "choose_placement"),
     ("placement", "legalize"),
-    ("copies", "inject_copies"),
+    ("copies", "listing"),
     ("liveness", "live_ranges"),
     ("assign", "assign_arena"),
 )

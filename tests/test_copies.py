@@ -3,6 +3,7 @@ what the general pass and a rebuilt topology give (the general pass's rules are 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -12,7 +13,9 @@ from hypothesis import strategies as st
 from conftest import chain
 from mpplan.errors import GraphError
 from mpplan.graph import Graph, Op, _build_topology, _dependencies, _permuted_dependencies, reordered
-from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies, legalize
+from mpplan.liveness import live_ranges
+from mpplan.passes.copies import _on_one_device, _with_copies, inject_copies, legalize, listing
+from mpplan.passes.place import module_devices
 from strategies import graphs, random_order
 
 
@@ -77,3 +80,27 @@ def test_one_device_marks_each_op_and_copies_nothing() -> None:
     placed = _on_one_device(graph, order, "gpu3")
     assert [op.device for op in placed.graph.ops] == ["gpu3"] * 4
     assert placed.copies == () and set(placed.storage_device) == {"gpu3"} and placed.op_device == ("gpu3",) * 4
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(max_ops=14), st.integers(0, 2**16))
+def test_one_device_listing_runs_what_the_relisted_graph_runs(graph: Graph, seed: int) -> None:
+    """The planner's listing without relisting (the graph as given, run in ``order``) gives the
+    schedule, placement, lifetimes and module devices that the relisted graph of ``inject_copies`` gives."""
+    rng = random.Random(seed)
+    ops = tuple(dataclasses.replace(op, module=rng.choice([None, "a", "a.b", "c"])) for op in graph.ops)
+    graph = Graph(graph.name, graph.tensors, ops, graph.outputs)
+    order = random_order(graph, rng)
+    devices = ["gpu0"] * len(graph.ops)
+    fast, slow = listing(graph, order, devices, relist=False), listing(graph, order, devices, relist=True)
+    assert fast.graph is graph and slow.graph is not graph  # each path is the one it claims to be
+
+    def runs(listed):  # what the planner reads of a listing
+        names = [listed.graph.ops[k].name for k in listed.order]
+        return names, listed.op_device, listed.storage_device, listed.copies, listed.cross_device_bytes
+
+    assert runs(fast) == runs(slow)
+    assert runs(fast)[0] == [graph.ops[k].name for k in order]
+    everything = frozenset(range(len(graph.tensors)))
+    assert live_ranges(fast.graph, fast.order, everything) == live_ranges(slow.graph, slow.order, everything)
+    assert list(module_devices(fast).items()) == list(module_devices(slow).items())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mpplan.capture.bulk import new_op, new_tensor
 from mpplan.errors import GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.units import DTYPE_BYTES, MAX_BYTES, dtype_bytes, parse_size
@@ -116,7 +117,7 @@ def _tensor_of(name: str, nbytes: int | None, shape: tuple[int, ...] | None, dty
             f"tensors.{name}: bytes {nbytes} disagree with shape {list(shape or ())} and dtype {dtype}, "
             f"which give {derived} bytes"
         )
-    return Tensor(name, nbytes, kind, shape, dtype, alias_of, grad_of)
+    return new_tensor(name, nbytes, kind, shape, dtype, alias_of, grad_of)
 
 
 def _op(spec: object, i: int) -> Op:
@@ -135,8 +136,8 @@ def _op(spec: object, i: int) -> Op:
                  or (type(cost) is int and 0 <= cost <= MAX_BYTES))
             and _OPTIONAL_ONLY.issuperset(map(type, optional))
         ):
-            return Op(name, type_, () if inputs is None else tuple(inputs), () if outputs is None else tuple(outputs),
-                      0.0 if cost is None else float(cost), *optional)
+            return new_op(name, type_, () if inputs is None else tuple(inputs),
+                          () if outputs is None else tuple(outputs), 0.0 if cost is None else float(cost), *optional)
     return _checked_op(spec, f"ops[{i}]")
 
 

@@ -51,6 +51,42 @@ class Placed:
         return sum(c.bytes for c in self.copies)
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What runs where and when: step ``i`` runs op ``order[i]`` of ``graph`` on ``op_device[i]``.
+
+    What the planner needs of a ``Placed`` graph (``storage_device`` and ``copies`` as
+    there), without always making one: on one device there is no copy, so ``graph`` run in
+    ``order`` is what ``inject_copies`` would list, and relisting 100k ops only to mark
+    their device costs a second (``listing``).
+    """
+
+    graph: Graph
+    order: Sequence[int]
+    op_device: tuple[str, ...]
+    storage_device: tuple[str, ...]
+    copies: tuple[Copy, ...]
+
+    @property
+    def cross_device_bytes(self) -> int:
+        return sum(c.bytes for c in self.copies)
+
+
+def listing(graph: Graph, order: Sequence[int], op_device: Sequence[str], *, relist: bool) -> Listing:
+    """The copies ``order`` needs under ``op_device`` (one device name per op id), as a ``Listing``.
+
+    On one device, unless ``relist`` asks for the graph listed in ``order`` (a pass that
+    reads the op DAG by listing position, as ``parallel_safe`` assignment does), the graph
+    stays as it is; otherwise it is ``inject_copies``'s graph, run in its own listing.
+    """
+    if not relist and len(set(op_device)) == 1:
+        device = op_device[0]
+        return Listing(graph, tuple(order), (device,) * len(order), (device,) * len(graph.tensors), ())
+    placed = inject_copies(graph, order, op_device)
+    steps = range(len(placed.graph.ops))
+    return Listing(placed.graph, steps, placed.op_device, placed.storage_device, placed.copies)
+
+
 def inject_copies(graph: Graph, order: Sequence[int], op_device: Sequence[str]) -> Placed:
     """Insert the copies ``order`` needs under ``op_device`` (one device name per op id)."""
     if len(set(op_device)) == 1:

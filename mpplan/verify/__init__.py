@@ -79,7 +79,8 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     end = len(plan.schedule) - 1
     held_to_end = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
-        held_to_end |= {t.name for t in graph.tensors if t.kind is Kind.GRAD and _is_param_grad(tensors, t)}
+        params = {t.name for t in graph.tensors if t.kind is Kind.PARAM}  # copies are activations: none is a param
+        held_to_end |= {t.name for t in graph.tensors if t.grad_of in params and t.kind is Kind.GRAD}
     for name in held_to_end:
         if root[name] in last:
             last[root[name]] = end
