@@ -312,3 +312,20 @@ def test_random_calls_are_never_replayed_but_attention_without_dropout_is() -> N
     assert not _random(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q), {"dropout_p": 0.0})
     assert _random(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q, 0.1), {})
     assert not _random(aten.addmm.default, (q, q, q), {})
+
+
+def test_a_record_with_a_cut_point_is_refused_naming_the_record() -> None:
+    """``apply`` cannot keep the original for the readers before a cut (``from_op``): one
+    ``PlanError`` naming the record, where it used to recompute at the first reader."""
+    from mpplan.capture.torch_capture import capture_program
+    from mpplan.errors import PlanError
+
+    model = zoo.build("mlp", in_features=8, hidden=16, out_features=4, layers=2)
+    program = capture_program(model, zoo.example_inputs("mlp", batch=2, in_features=8), mode="train",
+                              optimizer="sgd")
+    relu = program.graph.op("relu")
+    record = {"tensor": relu.outputs[0], "op": "relu", "recompute_op": "relu@recompute",
+              "recompute_tensor": f"{relu.outputs[0]}@recompute", "bytes": 1}
+    assert RecomputePolicy.from_records(program, [record]).ops == ("relu",)
+    with pytest.raises(PlanError, match=r"^plan remat\[1\]: tensor .* has from_op 'mm'"):
+        RecomputePolicy.from_records(program, [record, {**record, "from_op": "mm"}])

@@ -43,6 +43,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import CapturedProgram
+from mpplan.errors import PlanError
 
 __all__ = ["IGNORED", "RecomputeHooks", "RecomputePolicy", "module_calls"]
 
@@ -74,7 +75,15 @@ class RecomputePolicy:
 
         The traced forward also holds the loss's calls, made after the module returns;
         ``aligned`` onto the module's real calls drops them (out of ``apply``'s reach).
+        A record with a cut point (``from_op``) raises ``PlanError``: a recipe reruns at
+        the first reader that unpacks it, so the original could not serve the readers
+        before the cut as the plan counts it.
         """
+        for k, record in enumerate(records):
+            if record.get("from_op") is not None:
+                raise PlanError(f"plan remat[{k}]: tensor {record['tensor']!r} has from_op {record['from_op']!r}; "
+                                "apply() recomputes before the first backward reader only: plan with the budget "
+                                "policy on the training graph (no cut points) for apply()")
         graph = program.graph
         forward = [
             op for op in graph.ops if program.op_phases.get(op.name) == "forward" and op.type != IGNORED

@@ -21,6 +21,9 @@ Policies (``POLICIES``):
     (``mpplan.passes.remat.budget``); on graphs without a backward pass also with
     late regions starting at cut points it chooses (``mpplan.passes.remat.cuts``,
     recorded as ``from_op``) and in a second round (``mpplan.passes.remat.rounds``).
+    The exact reference for the cuts is a MILP choosing recomputes and cuts together
+    (``mpplan.passes.remat.cutmilp``, solved by ``cutexact``): the tests hold the
+    heuristic to it, and ``scripts/bench_remat_moccasin.py --milp`` reports its bound.
 
 All memory accounting is of the rewritten graph in its own as-given order, the
 order ``sim`` scores: ``peak = static + LOAD``.  A budget under the smallest peak any

@@ -11,13 +11,27 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.formulation import INF, MAX_NONZEROS, MAX_Z_VARIABLES, Formulation
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["MAX_Z_VARIABLES", "IlpSolution", "available_backend", "solve", "warm_values"]
+__all__ = ["MAX_Z_VARIABLES", "IlpSolution", "MilpArrays", "available_backend", "solve", "solve_arrays", "warm_values"]
+
+
+class MilpArrays(Protocol):
+    """A MILP as the backends take it: columns (cost, bounds, integrality) and rows in CSR."""
+
+    cost: list[float]
+    col_lo: list[float]
+    col_hi: list[float]
+    integer: list[bool]
+    row_lo: list[float]
+    row_hi: list[float]
+    starts: list[int]
+    index_nz: list[int]
+    values_nz: list[float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +93,7 @@ def solve(
         fits = all(lo <= 0.0 <= hi for lo, hi in zip(built.row_lo, built.row_hi))
         status, x, objective, bound = ("optimal", [], 0.0, 0.0) if fits else ("infeasible", None, None, None)
     else:
-        run = _solve_highspy if backend == "highs" else _solve_scipy
-        status, x, objective, bound = run(built, remaining, warm)
+        status, x, objective, bound = solve_arrays(built, backend, remaining, warm)
     seconds = round(time.perf_counter() - clock, 6)
     size = (len(built.cost), len(built.row_lo), len(built.values_nz))
     chosen = None if x is None else tuple(i for i, c in enumerate(built.r_col) if x[c] > 0.5)
@@ -117,6 +130,15 @@ def warm_values(f: Formulation, chosen: Sequence[int]) -> list[float]:
 # --- backends ------------------------------------------------------------------------
 
 
+def solve_arrays(
+    f: MilpArrays, backend: str, time_limit_s: float, warm: list[float] | None = None
+) -> tuple[str, list[float] | None, float | None, float | None]:
+    """Minimise ``f`` with ``backend`` (``available_backend``'s answer): status (``optimal``,
+    ``time_limit``, ``infeasible`` or ``error``), column values, objective and proved bound."""
+    run = _solve_highspy if backend == "highs" else _solve_scipy
+    return run(f, time_limit_s, warm)
+
+
 def _quiet_highs(highspy: Any) -> Any:
     """A ``highspy.Highs``, without the banner its C++ constructor writes to the process's
     stdout (file descriptor 1, past ``sys.stdout``) the first time: it would land in the
@@ -132,7 +154,7 @@ def _quiet_highs(highspy: Any) -> Any:
         os.close(saved)
 
 
-def _solve_highspy(f: Formulation, time_limit_s: float, warm: list[float] | None):
+def _solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Any:
     import highspy
     import numpy as np
 
@@ -177,7 +199,7 @@ def _solve_highspy(f: Formulation, time_limit_s: float, warm: list[float] | None
     return "error", x, objective, None
 
 
-def _solve_scipy(f: Formulation, time_limit_s: float, warm: list[float] | None):
+def _solve_scipy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Any:
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix

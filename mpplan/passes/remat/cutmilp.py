@@ -1,0 +1,276 @@
+"""The exact reference for cut points: a MILP that chooses the recomputes *and* where each
+recomputed tensor's late region starts (``RematRecord.from_op``).
+
+``mpplan.passes.remat.formulation`` decides which candidates to recompute with every cut
+fixed; ``mpplan.passes.remat.cuts`` picks cuts by a rule and then runs that search.  Here
+the cut is a decision: for candidate ``i`` an *option* ``o`` fixes, for each output,
+the reader after an idle gap of at least ``MIN_GAP`` steps at which its late region
+starts (outputs without such a gap keep the rule's split), exactly the choices of
+``apply_recompute(graph, ops, from_ops)`` in one round.  The model covers graphs
+without a backward pass, in-place writes or views (the random layered graphs); others
+get ``None`` from ``cut_options`` and are left to the other solvers.
+
+Variables:
+
+* ``y_{i,o}`` (binary): recompute ``i`` cut at option ``o``; ``r_i = sum_o y_{i,o} <= 1``;
+  objective ``sum cost_i r_i``.
+* ``Z_{i,a}`` for ``a`` in ``A_i`` (the first late uses of ``i``'s options and the anchors
+  of its candidate consumers below them): ``i``'s recompute has run by op ``a``
+  (``Z_{i,p}`` := ``Z`` at the largest anchor ``<= p``, 0 below the first).  It runs
+  before the first late use of its option or the first chosen consumer recompute,
+  whichever comes first::
+
+      Z_{i,a} >= sum_{o: late_o <= a} y_{i,o},   Z_{i,a} >= Z_{c,a} + r_i - 1,
+      Z_{i,a} <= sum_{o: late_o <= a} y_{i,o} + sum_c Z_{c,a},   Z_{i,a} <= r_i
+
+* Liveness at a step *key*: op ``p`` is ``(p, None)``; the recompute of ``q`` run before
+  op ``p`` is ``(p, q)`` (recomputes before one op run in forward order).  A recompute
+  ``h`` runs at or after the key when ``r_h - Z_{h,p}`` is 1 (``Z_{h,p-1}`` when ``h``
+  does not run before ``q``).  Storage ``j`` of candidate ``i``: its original lives
+  from its producer through ``1 - sum_{o: early_last_{j,o} < p} y_{i,o}`` while
+  ``p <= last_j``, and after that while ``i`` is kept and a reading recompute is to
+  come; its recompute from ``i``'s step through its last use and any later reading
+  recompute.  Auxiliaries take the "or" of those lower bounds.
+* Rows: ``sum size_j live_j <= budget`` at every op and, relaxed by ``M (1 - x)`` when the
+  recompute ``q`` does not run before ``p`` (``x = Z_{q,p} - Z_{q,p-1}``), at every
+  ``(p, q)`` with ``p`` in ``A_q``: every step of the rewritten order fits.
+
+``mpplan.passes.remat.cutexact`` solves it; the tests hold it equal to brute force over
+every subset and every cut on tiny graphs, and the heuristic (``cuts``) never below it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass
+
+from mpplan.graph import Graph
+from mpplan.passes.remat.formulation import INF, MAX_NONZEROS, MAX_Z_VARIABLES
+from mpplan.passes.remat.model import MIN_GAP, NEVER, RematModel
+
+__all__ = ["MAX_OPTIONS", "CutOption", "CutProgram", "Expr", "cut_options"]
+
+#: A candidate with more options than this (a product over many outputs) is not modelled.
+MAX_OPTIONS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class CutOption:
+    """One way to recompute a candidate: ``cuts`` (tensor id -> first late position),
+    ``early_last`` (per output storage index: its last early use) and ``first_late`` (the
+    first late use of any output; ``NEVER`` when none, a recompute only chains need)."""
+
+    cuts: tuple[tuple[int, int], ...]
+    early_last: tuple[tuple[int, int], ...]
+    first_late: int
+
+
+def cut_options(model: RematModel) -> list[list[CutOption]] | None:
+    """Every candidate's options, or ``None`` when the graph is outside the model (a
+    backward pass, in-place writes, views, or too many options for one candidate)."""
+    graph: Graph = model.graph
+    if model.training or any(op.in_place for op in graph.ops) or any(t.alias_of for t in graph.tensors):
+        return None
+    topo = graph.topology
+    uses: dict[int, list[int]] = {}
+    for k, storages in enumerate(topo.op_storages):
+        for s in storages:
+            uses.setdefault(s, []).append(k)
+    found: list[list[CutOption]] = []
+    for outputs in model.cand_outputs:
+        per_output: list[list[tuple[int, int, int, int]]] = []
+        for j in outputs:
+            u = uses[model.storage_tensor[j]]
+            gaps = [(j, b, a, b) for a, b in itertools.pairwise(u) if b - a >= MIN_GAP]
+            per_output.append(gaps or [(j, -1, model.early_last[j], NEVER)])
+        combos = list(itertools.islice(itertools.product(*per_output), MAX_OPTIONS + 1))
+        if len(combos) > MAX_OPTIONS:
+            return None
+        found.append([
+            CutOption(
+                tuple((model.storage_tensor[j], cut) for j, cut, _, _ in combo if cut >= 0),
+                tuple((j, early) for j, _, early, _ in combo),
+                min((late for *_, late in combo), default=NEVER),
+            )
+            for combo in combos
+        ])
+    return found
+
+
+Expr = dict[int, float]
+
+
+class CutProgram:
+    """The MILP's columns and rows (CSR), built once for one budget; mutable only while
+    ``__init__`` builds it.  ``too_large`` when it would outgrow ``MAX_NONZEROS``."""
+
+    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int) -> None:
+        self.model, self.options = model, options
+        self.cost: list[float] = []
+        self.col_lo: list[float] = []
+        self.col_hi: list[float] = []
+        self.integer: list[bool] = []
+        self.row_lo: list[float] = []
+        self.row_hi: list[float] = []
+        self.starts: list[int] = [0]
+        self.index_nz: list[int] = []
+        self.values_nz: list[float] = []
+        self.unit = max(1.0, max(model.size, default=1) / 4096.0)
+        self.limit = (dyn_budget + 0.5) / self.unit
+        self.too_large = False
+        self.aux_bounds: list[tuple[int, list[tuple[Expr, float]]]] = []
+        self.aux_cache: dict[tuple[tuple[tuple[tuple[int, float], ...], float], ...], int] = {}
+        scale = max(model.cand_cost, default=1.0) or 1.0
+        self.y_cols = [[self._column(model.cand_cost[i] / scale, True) for _ in opts] for i, opts in enumerate(options)]
+        self.r = [{c: 1.0 for c in cols} for cols in self.y_cols]
+        for r in self.r:
+            self._row(r, -INF, 1.0)
+        self.anchors = self._anchor_sets()
+        if sum(map(len, self.anchors)) > MAX_Z_VARIABLES:
+            self.too_large = True
+            return
+        self.z_cols = [[self._column(0.0) for _ in a] for a in self.anchors]
+        self._anchor_rows()
+        self._memory_rows()
+
+    def _column(self, cost: float, integer: bool = False) -> int:
+        self.cost.append(cost)
+        self.col_lo.append(0.0)
+        self.col_hi.append(1.0)
+        self.integer.append(integer)
+        return len(self.cost) - 1
+
+    def _row(self, terms: Expr, lo: float, hi: float) -> None:
+        for col, value in terms.items():
+            if value:
+                self.index_nz.append(col)
+                self.values_nz.append(value)
+        self.starts.append(len(self.index_nz))
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+
+    def _anchor_sets(self) -> list[list[int]]:
+        model = self.model
+        anchors: list[list[int]] = [[] for _ in self.options]
+        for i in reversed(range(len(self.options))):
+            own = {o.first_late for o in self.options[i] if o.first_late < NEVER}
+            latest = max(own, default=-1)
+            below = {a for c in model.cand_consumers[i] for a in anchors[c] if a < latest or not own}
+            anchors[i] = sorted(own | below)
+        return anchors
+
+    def z(self, i: int, p: int) -> Expr:
+        """``Z_{i,p}`` as an expression (empty: 0)."""
+        k = bisect.bisect_right(self.anchors[i], p) - 1
+        return {} if k < 0 else {self.z_cols[i][k]: 1.0}
+
+    def _anchor_rows(self) -> None:
+        for i, anchors in enumerate(self.anchors):
+            previous: Expr = {}
+            for a, col in zip(anchors, self.z_cols[i]):
+                own = {self.y_cols[i][k]: 1.0 for k, o in enumerate(self.options[i]) if o.first_late <= a}
+                below = [self.z(c, a) for c in self.model.cand_consumers[i]]
+                self._row(_sum({col: 1.0}, own, scale=-1.0), 0.0, INF)
+                self._row(_sum({col: 1.0}, self.r[i], scale=-1.0), -INF, 0.0)
+                self._row(_sum({col: 1.0}, previous, scale=-1.0), 0.0, INF)
+                upper = _sum({col: 1.0}, own, scale=-1.0)
+                for zc in below:
+                    upper = _sum(upper, zc, scale=-1.0)
+                    if zc:
+                        self._row(_sum(_sum({col: 1.0}, zc, scale=-1.0), self.r[i], scale=-1.0), -1.0, INF)
+                self._row(upper, -INF, 0.0)
+                previous = {col: 1.0}
+
+    def _later(self, h: int, p: int, before: bool) -> Expr:
+        """1 when recompute ``h`` runs at or after the key; ``before``: ``h`` runs before the
+        key's own recompute at ``p`` (so ``Z_{h,p}`` counts it as done)."""
+        return _sum(self.r[h], self.z(h, p if before else p - 1), scale=-1.0)
+
+    def _memory_rows(self) -> None:
+        model = self.model
+        n = model.num_ops
+        keys: list[tuple[int, int | None]] = [(p, None) for p in range(n)]
+        keys += [(a, q) for q, anchors in enumerate(self.anchors) for a in anchors]
+        spans = []
+        for j in range(len(model.size)):
+            end = max([model.last[j], *(self.anchors[h][-1] for h in model.readers[j] if self.anchors[h])])
+            spans.append((model.start[j], end))
+        for p, q in keys:
+            terms: Expr = {}
+            const = upper = 0.0
+            for j, (first, end) in enumerate(spans):
+                if not model.size[j] or not first <= p <= end or (q is not None and first == p):
+                    continue
+                size = model.size[j] / self.unit
+                for version in (self._original(j, p, q), self._recomputed(j, p, q)):
+                    if version is None:
+                        continue
+                    upper += size
+                    if isinstance(version, float):
+                        const += size * version
+                    elif len(version) == 1 and version[0][1] == 0.0 and all(v > 0 for v in version[0][0].values()):
+                        terms = _sum(terms, version[0][0], scale=size)  # a sum of columns: no auxiliary
+                    elif len(version) == 1 and version[0][1] == 1.0 and all(v < 0 for v in version[0][0].values()):
+                        const += size  # 1 - a sum of columns at most 1: no auxiliary
+                        terms = _sum(terms, version[0][0], scale=size)
+                    else:
+                        terms = _sum(terms, {self._aux(version): size})
+            if upper <= self.limit:
+                continue
+            big = 0.0
+            if q is not None:  # binds only where q runs before p: + big * (Z_{q,p} - Z_{q,p-1}) <= big
+                big = upper - self.limit
+                terms = _sum(terms, _sum(self.z(q, p), self.z(q, p - 1), scale=-1.0), scale=big)
+            self._row(terms, -INF, self.limit + big - const)
+            if len(self.values_nz) > MAX_NONZEROS:
+                self.too_large = True
+                return
+
+    def _aux(self, bounds: list[tuple[Expr, float]]) -> int:
+        """A column at least every ``expr + c0`` of ``bounds`` and 0; one per distinct set
+        (between two anchors a storage's bounds repeat step after step)."""
+        key = tuple(sorted((tuple(sorted(expr.items())), c0) for expr, c0 in bounds))
+        aux = self.aux_cache.get(key)
+        if aux is None:
+            aux = self.aux_cache[key] = self._column(0.0)
+            self.aux_bounds.append((aux, bounds))
+            for expr, c0 in bounds:
+                self._row(_sum({aux: 1.0}, expr, scale=-1.0), c0, INF)
+        return aux
+
+    def _original(self, j: int, p: int, q: int | None) -> float | list[tuple[Expr, float]] | None:
+        model = self.model
+        i = model.producer[j]
+        if p <= model.last[j]:
+            if i < 0:
+                return 1.0
+            gone = {self.y_cols[i][k]: -1.0 for k, o in enumerate(self.options[i]) if dict(o.early_last)[j] < p}
+            return [(gone, 1.0)] if gone else 1.0
+        kept = {} if i < 0 else self.r[i]
+        bounds = [(_sum(self._later(h, p, q is None or h < q), kept, scale=-1.0), 0.0) for h in model.readers[j]
+                  if self.anchors[h]]
+        return bounds or None
+
+    def _recomputed(self, j: int, p: int, q: int | None) -> float | list[tuple[Expr, float]] | None:
+        model = self.model
+        i = model.producer[j]
+        if i < 0:
+            return None
+        started = self.z(i, p if q is None or i <= q else p - 1)
+        if not started:
+            return None
+        if p <= model.late_last[j]:
+            return [(started, 0.0)]
+        bounds = [(_sum(self._later(h, p, q is None or h < q), started), -1.0) for h in model.readers[j]
+                  if self.anchors[h]]
+        if q == i:  # its own step, read by nothing late (only chained recomputes read it)
+            bounds.append((_sum(self.z(i, p), self.z(i, p - 1), scale=-1.0), 0.0))
+        return bounds or None
+
+
+def _sum(a: Expr, b: Expr, scale: float = 1.0) -> Expr:
+    out = dict(a)
+    for col, coef in b.items():
+        out[col] = out.get(col, 0.0) + scale * coef
+    return out

@@ -1,0 +1,118 @@
+"""The cut-choosing MILP (``mpplan.passes.remat.cutmilp``): the exact reference for cut points.
+
+Held equal to brute force over every subset of recomputes and every cut of each
+(``test_remat_cuts.least_cut_cost``) on tiny graphs, chains and multi-output ops
+included; the cut heuristic (``cuts``) is never cheaper than it; every answer's rewrite
+fits and its plan passes the verifier.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_remat import training_graphs
+from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, uneven
+
+from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.passes.remat import apply_recompute, build_model
+from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts, warm_point
+from mpplan.passes.remat.cutmilp import CutProgram, cut_options
+from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
+from mpplan.verify import verify
+
+
+def milp_cost(graph: Graph, budget: int) -> float | None:
+    """The MILP's least cost for ``budget`` (``None``: nothing fits), after checking that its
+    answer's rewrite fits, costs what it says, and plans into a plan the verifier passes."""
+    model = build_model(graph)
+    found = solve_cuts(model, budget - model.static_bytes, 20.0)
+    if found is None:
+        return None
+    assert found.status == "optimal"
+    names, from_ops = choice_names(model, found.chosen)
+    rewritten = apply_recompute(graph, names, from_ops)
+    assert peak(rewritten) <= budget
+    cost = sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+    assert cost == sum(model.cand_cost[i] for i in found.chosen)
+    if names:
+        verify(graph, planned_with(graph, result_of(graph, names, "budget", peak(graph), 0.0, from_ops=from_ops)))
+    return cost
+
+
+@st.composite
+def small_dags(draw: st.DrawFn) -> Graph:
+    """Random DAGs of four to eight ops, each reading one to three earlier tensors, one op
+    in six writing two: chains of recomputes, multi-output candidates, several gaps."""
+    tensors, ops, made = [Tensor("x", 4, Kind.INPUT)], [], ["x"]
+    for k in range(draw(st.integers(4, 8))):
+        reads = draw(st.lists(st.sampled_from(made), min_size=1, max_size=3, unique=True))
+        outs = [f"t{k}", *([f"u{k}"] if draw(st.integers(0, 5)) == 0 else [])]
+        tensors += [Tensor(o, draw(st.integers(1, 100))) for o in outs]
+        ops.append(Op(f"O{k}", "f", tuple(reads), tuple(outs), float(draw(st.integers(1, 3)))))
+        made += outs
+    tensors.append(Tensor("out", 1, Kind.OUTPUT))
+    ops.append(Op("OUT", "f", tuple(made[-2:]), ("out",), 1.0))
+    return Graph("dag", tuple(tensors), tuple(ops), ("out",)).validate()
+
+
+def test_the_milp_cuts_uneven_at_the_shorter_gap_and_refuses_under_it() -> None:
+    graph = uneven()
+    model = build_model(graph)
+    found = solve_cuts(model, 320 - model.static_bytes, 10.0)
+    assert found is not None and choice_names(model, found.chosen) == (("A",), {"a": "D"})
+    assert milp_cost(graph, 310) == 1.0
+    assert milp_cost(graph, 309) is None and least_cut_cost(graph, 309) is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.4, 0.95))
+def test_the_milp_equals_brute_force_over_every_cut(graph: Graph, fraction: float) -> None:
+    budget = int(fraction * peak(graph))
+    assert milp_cost(graph, budget) == least_cut_cost(graph, budget)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(small_dags(), st.floats(0.6, 0.99))
+def test_the_milp_equals_brute_force_on_random_dags_with_chains(graph: Graph, fraction: float) -> None:
+    options = cut_options(build_model(graph)) or []
+    combos = 1
+    for per in options:
+        combos *= len(per) + 1
+    assume(combos <= 2000)
+    budget = int(fraction * peak(graph))
+    assert milp_cost(graph, budget) == least_cut_cost(graph, budget)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.4, 0.95))
+def test_the_cut_heuristic_is_never_cheaper_than_the_milp(graph: Graph, fraction: float) -> None:
+    """And the heuristic's answers, started from, are feasible points of the MILP."""
+    budget = int(fraction * peak(graph))
+    exact = milp_cost(graph, budget)
+    model = build_model(graph)
+    for found in (fit_cuts(model, budget, "exact", 10.0, beat=float("inf")), fit_least_cuts(model, budget)):
+        if found is None:
+            continue
+        assert exact is not None and found.cost >= exact - 1e-9
+        chosen = option_of(model, found.names, found.from_ops)
+        assert chosen is not None
+        program = CutProgram(model, cut_options(model) or [], budget - model.static_bytes)
+        x = warm_point(program, chosen)
+        for k, (lo, hi) in enumerate(zip(program.row_lo, program.row_hi)):
+            span = range(program.starts[k], program.starts[k + 1])
+            value = sum(program.values_nz[e] * x[program.index_nz[e]] for e in span)
+            assert lo - 1e-6 <= value <= hi + 1e-6, k
+
+
+def test_the_heuristic_equals_the_milp_on_uneven() -> None:
+    graph = uneven()
+    found = fit_cuts(build_model(graph), 320, "exact", 10.0, beat=float("inf"))
+    assert found is not None and found.cost == milp_cost(graph, 320) == 1.0
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(training_graphs())
+def test_graphs_with_a_backward_pass_are_outside_the_model(graph: Graph) -> None:
+    model = build_model(graph)
+    assert cut_options(model) is None and solve_cuts(model, 1, 1.0) is None
