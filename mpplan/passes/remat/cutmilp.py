@@ -46,8 +46,9 @@ import itertools
 from dataclasses import dataclass
 
 from mpplan.graph import Graph
-from mpplan.passes.remat.formulation import INF, MAX_NONZEROS, MAX_Z_VARIABLES
+from mpplan.passes.remat.formulation import MAX_NONZEROS, MAX_Z_VARIABLES
 from mpplan.passes.remat.model import MIN_GAP, NEVER, RematModel
+from mpplan.passes.remat.sparse import INF, Expr, SparseMilp, add_scaled
 
 __all__ = ["MAX_OPTIONS", "CutOption", "CutProgram", "Expr", "cut_options"]
 
@@ -98,34 +99,22 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
     return found
 
 
-Expr = dict[int, float]
 
-
-class CutProgram:
+class CutProgram(SparseMilp):
     """The MILP's columns and rows (CSR), built once for one budget; mutable only while
     ``__init__`` builds it.  ``too_large`` when it would outgrow ``MAX_NONZEROS``."""
 
     def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int) -> None:
+        super().__init__()
         self.model, self.options = model, options
-        self.cost: list[float] = []
-        self.col_lo: list[float] = []
-        self.col_hi: list[float] = []
-        self.integer: list[bool] = []
-        self.row_lo: list[float] = []
-        self.row_hi: list[float] = []
-        self.starts: list[int] = [0]
-        self.index_nz: list[int] = []
-        self.values_nz: list[float] = []
         self.unit = max(1.0, max(model.size, default=1) / 4096.0)
         self.limit = (dyn_budget + 0.5) / self.unit
         self.too_large = False
-        self.aux_bounds: list[tuple[int, list[tuple[Expr, float]]]] = []
-        self.aux_cache: dict[tuple[tuple[tuple[tuple[int, float], ...], float], ...], int] = {}
         scale = max(model.cand_cost, default=1.0) or 1.0
         self.y_cols = [[self._column(model.cand_cost[i] / scale, True) for _ in opts] for i, opts in enumerate(options)]
         self.r = [{c: 1.0 for c in cols} for cols in self.y_cols]
         for r in self.r:
-            self._row(r, -INF, 1.0)
+            self.row(r, -INF, 1.0)
         self.anchors = self._anchor_sets()
         if sum(map(len, self.anchors)) > MAX_Z_VARIABLES:
             self.too_large = True
@@ -135,20 +124,7 @@ class CutProgram:
         self._memory_rows()
 
     def _column(self, cost: float, integer: bool = False) -> int:
-        self.cost.append(cost)
-        self.col_lo.append(0.0)
-        self.col_hi.append(1.0)
-        self.integer.append(integer)
-        return len(self.cost) - 1
-
-    def _row(self, terms: Expr, lo: float, hi: float) -> None:
-        for col, value in terms.items():
-            if value:
-                self.index_nz.append(col)
-                self.values_nz.append(value)
-        self.starts.append(len(self.index_nz))
-        self.row_lo.append(lo)
-        self.row_hi.append(hi)
+        return self.column(cost, 0.0, 1.0, integer)
 
     def _anchor_sets(self) -> list[list[int]]:
         model = self.model
@@ -171,21 +147,21 @@ class CutProgram:
             for a, col in zip(anchors, self.z_cols[i]):
                 own = {self.y_cols[i][k]: 1.0 for k, o in enumerate(self.options[i]) if o.first_late <= a}
                 below = [self.z(c, a) for c in self.model.cand_consumers[i]]
-                self._row(_sum({col: 1.0}, own, scale=-1.0), 0.0, INF)
-                self._row(_sum({col: 1.0}, self.r[i], scale=-1.0), -INF, 0.0)
-                self._row(_sum({col: 1.0}, previous, scale=-1.0), 0.0, INF)
-                upper = _sum({col: 1.0}, own, scale=-1.0)
+                self.row(add_scaled({col: 1.0}, own, scale=-1.0), 0.0, INF)
+                self.row(add_scaled({col: 1.0}, self.r[i], scale=-1.0), -INF, 0.0)
+                self.row(add_scaled({col: 1.0}, previous, scale=-1.0), 0.0, INF)
+                upper = add_scaled({col: 1.0}, own, scale=-1.0)
                 for zc in below:
-                    upper = _sum(upper, zc, scale=-1.0)
+                    upper = add_scaled(upper, zc, scale=-1.0)
                     if zc:
-                        self._row(_sum(_sum({col: 1.0}, zc, scale=-1.0), self.r[i], scale=-1.0), -1.0, INF)
-                self._row(upper, -INF, 0.0)
+                        self.row(add_scaled(add_scaled({col: 1.0}, zc, scale=-1.0), self.r[i], scale=-1.0), -1.0, INF)
+                self.row(upper, -INF, 0.0)
                 previous = {col: 1.0}
 
     def _later(self, h: int, p: int, before: bool) -> Expr:
         """1 when recompute ``h`` runs at or after the key; ``before``: ``h`` runs before the
         key's own recompute at ``p`` (so ``Z_{h,p}`` counts it as done)."""
-        return _sum(self.r[h], self.z(h, p if before else p - 1), scale=-1.0)
+        return add_scaled(self.r[h], self.z(h, p if before else p - 1), scale=-1.0)
 
     def _memory_rows(self) -> None:
         model = self.model
@@ -210,34 +186,22 @@ class CutProgram:
                     if isinstance(version, float):
                         const += size * version
                     elif len(version) == 1 and version[0][1] == 0.0 and all(v > 0 for v in version[0][0].values()):
-                        terms = _sum(terms, version[0][0], scale=size)  # a sum of columns: no auxiliary
+                        terms = add_scaled(terms, version[0][0], scale=size)  # a sum of columns: no auxiliary
                     elif len(version) == 1 and version[0][1] == 1.0 and all(v < 0 for v in version[0][0].values()):
                         const += size  # 1 - a sum of columns at most 1: no auxiliary
-                        terms = _sum(terms, version[0][0], scale=size)
+                        terms = add_scaled(terms, version[0][0], scale=size)
                     else:
-                        terms = _sum(terms, {self._aux(version): size})
+                        terms = add_scaled(terms, {self.aux(version): size})
             if upper <= self.limit:
                 continue
             big = 0.0
             if q is not None:  # binds only where q runs before p: + big * (Z_{q,p} - Z_{q,p-1}) <= big
                 big = upper - self.limit
-                terms = _sum(terms, _sum(self.z(q, p), self.z(q, p - 1), scale=-1.0), scale=big)
-            self._row(terms, -INF, self.limit + big - const)
+                terms = add_scaled(terms, add_scaled(self.z(q, p), self.z(q, p - 1), scale=-1.0), scale=big)
+            self.row(terms, -INF, self.limit + big - const)
             if len(self.values_nz) > MAX_NONZEROS:
                 self.too_large = True
                 return
-
-    def _aux(self, bounds: list[tuple[Expr, float]]) -> int:
-        """A column at least every ``expr + c0`` of ``bounds`` and 0; one per distinct set
-        (between two anchors a storage's bounds repeat step after step)."""
-        key = tuple(sorted((tuple(sorted(expr.items())), c0) for expr, c0 in bounds))
-        aux = self.aux_cache.get(key)
-        if aux is None:
-            aux = self.aux_cache[key] = self._column(0.0)
-            self.aux_bounds.append((aux, bounds))
-            for expr, c0 in bounds:
-                self._row(_sum({aux: 1.0}, expr, scale=-1.0), c0, INF)
-        return aux
 
     def _original(self, j: int, p: int, q: int | None) -> float | list[tuple[Expr, float]] | None:
         model = self.model
@@ -248,7 +212,7 @@ class CutProgram:
             gone = {self.y_cols[i][k]: -1.0 for k, o in enumerate(self.options[i]) if dict(o.early_last)[j] < p}
             return [(gone, 1.0)] if gone else 1.0
         kept = {} if i < 0 else self.r[i]
-        bounds = [(_sum(self._later(h, p, q is None or h < q), kept, scale=-1.0), 0.0) for h in model.readers[j]
+        bounds = [(add_scaled(self._later(h, p, q is None or h < q), kept, scale=-1.0), 0.0) for h in model.readers[j]
                   if self.anchors[h]]
         return bounds or None
 
@@ -262,15 +226,9 @@ class CutProgram:
             return None
         if p <= model.late_last[j]:
             return [(started, 0.0)]
-        bounds = [(_sum(self._later(h, p, q is None or h < q), started), -1.0) for h in model.readers[j]
+        bounds = [(add_scaled(self._later(h, p, q is None or h < q), started), -1.0) for h in model.readers[j]
                   if self.anchors[h]]
         if q == i:  # its own step, read by nothing late (only chained recomputes read it)
-            bounds.append((_sum(self.z(i, p), self.z(i, p - 1), scale=-1.0), 0.0))
+            bounds.append((add_scaled(self.z(i, p), self.z(i, p - 1), scale=-1.0), 0.0))
         return bounds or None
 
-
-def _sum(a: Expr, b: Expr, scale: float = 1.0) -> Expr:
-    out = dict(a)
-    for col, coef in b.items():
-        out[col] = out.get(col, 0.0) + scale * coef
-    return out

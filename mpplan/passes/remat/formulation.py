@@ -53,8 +53,9 @@ scipy's HiGHS (``scipy.optimize.milp``); ``available_backend`` says which.
 from __future__ import annotations
 
 import bisect
-import math
+
 from mpplan.passes.remat.model import NEVER, RematModel
+from mpplan.passes.remat.sparse import INF, SparseMilp
 
 __all__ = ["INF", "MAX_NONZEROS", "MAX_Z_VARIABLES", "Formulation"]
 
@@ -71,28 +72,16 @@ MAX_NONZEROS = 2_000_000
 _SIZE_SCALE = 4096.0
 _MAX_UNIT = float(1 << 18)
 
-INF = math.inf
 
-
-class Formulation:
+class Formulation(SparseMilp):
     """The MILP of one solve: columns, rows (CSR) and the maps back to candidates.
 
     Mutable while ``__init__`` builds it, private to one ``solve`` call.
     """
 
     def __init__(self, model: RematModel, dyn_budget: int | None) -> None:
+        super().__init__()
         self.model = model
-        self.cost: list[float] = []
-        self.col_lo: list[float] = []
-        self.col_hi: list[float] = []
-        self.integer: list[bool] = []
-        self.row_lo: list[float] = []
-        self.row_hi: list[float] = []
-        self.starts: list[int] = [0]
-        self.index_nz: list[int] = []
-        self.values_nz: list[float] = []
-        self.aux_bounds: list[tuple[int, list[tuple[dict[int, float], float]]]] = []
-        self.aux_cache: dict[tuple, int] = {}
         self.too_large = False
         m = model.num_candidates
         self.unit = min(_MAX_UNIT, max(1.0, max(model.size, default=1) / _SIZE_SCALE))
@@ -116,22 +105,6 @@ class Formulation:
         self._memory_rows()
 
     # -- building blocks
-
-    def column(self, cost: float, lo: float, hi: float, integer: bool = False) -> int:
-        self.cost.append(cost)
-        self.col_lo.append(lo)
-        self.col_hi.append(hi)
-        self.integer.append(integer)
-        return len(self.cost) - 1
-
-    def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
-        for col, value in terms.items():
-            if value:
-                self.index_nz.append(col)
-                self.values_nz.append(value)
-        self.starts.append(len(self.index_nz))
-        self.row_lo.append(lo)
-        self.row_hi.append(hi)
 
     def z(self, i: int, p: int) -> int | None:
         """The column of ``z_{i,p}``, or ``None`` when it is 0."""
@@ -230,31 +203,13 @@ class Formulation:
         if self.m_col >= 0 and upper <= self.lower_dyn / unit:
             return
         for size, bounds in pending:
-            aux = self._aux(bounds)
+            aux = self.aux(bounds)
             terms[aux] = terms.get(aux, 0.0) + size
         if self.m_col >= 0:
             terms[self.m_col] = terms.get(self.m_col, 0.0) - 1.0
             self.row(terms, -INF, -const)
         else:
             self.row(terms, -INF, self.limit - const)
-
-    def _aux(self, bounds: list[tuple[dict[int, float], float]]) -> int:
-        """An auxiliary at least every ``expr + const`` of ``bounds``; one per distinct set.
-
-        Between two anchor points a storage's bounds repeat step after step (``z``
-        only changes at anchors), so sharing them keeps the MILP small.
-        """
-        key = tuple(sorted((tuple(sorted(expr.items())), c0) for expr, c0 in bounds))
-        aux = self.aux_cache.get(key)
-        if aux is None:
-            aux = self.aux_cache[key] = self.column(0.0, 0.0, 1.0)
-            self.aux_bounds.append((aux, bounds))
-            for expr, c0 in bounds:
-                row = {aux: 1.0}
-                for col, coef in expr.items():
-                    row[col] = row.get(col, 0.0) - coef
-                self.row(row, c0, INF)
-        return aux
 
     def _original(self, j: int, p: int, q: int | None):
         """Liveness of storage ``j``'s original at ``(p, q)``: ``None`` (0), a constant,
