@@ -10,24 +10,7 @@ from hypothesis import strategies as st
 from mpplan import sim
 from mpplan.graph import Graph
 from mpplan.liveness import live_ranges, spans
-from strategies import graphs
-
-
-def _random_order(graph: Graph, seed: int) -> list[int]:
-    """A random topological order of ``graph`` (Kahn's algorithm, picking a ready op at random)."""
-    topo = graph.topology
-    rng = random.Random(seed)
-    waiting = [len(ps) for ps in topo.preds]
-    ready = [k for k, n in enumerate(waiting) if n == 0]
-    order = []
-    while ready:
-        k = ready.pop(rng.randrange(len(ready)))
-        order.append(k)
-        for j in topo.succs[k]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                ready.append(j)
-    return order
+from strategies import graphs, random_order
 
 
 def _brute_spans(graph: Graph, order: list[int]) -> dict[int, tuple[int, int]]:
@@ -44,7 +27,7 @@ def _brute_spans(graph: Graph, order: list[int]) -> dict[int, tuple[int, int]]:
 @settings(max_examples=150, deadline=None)
 @given(graphs(max_ops=14), st.integers(0, 2**16))
 def test_spans_and_ranges_follow_the_semantics(graph: Graph, seed: int) -> None:
-    order = _random_order(graph, seed)
+    order = random_order(graph, random.Random(seed))
     expected = _brute_spans(graph, order)
     first, last = spans(graph, order)
     assert {s: (first[s], last[s]) for s in range(len(first)) if first[s] >= 0} == expected
@@ -59,7 +42,7 @@ def test_spans_and_ranges_follow_the_semantics(graph: Graph, seed: int) -> None:
 @settings(max_examples=150, deadline=None)
 @given(graphs(max_ops=14), st.integers(0, 2**16))
 def test_order_profile_is_the_profile_of_the_live_ranges(graph: Graph, seed: int) -> None:
-    order = _random_order(graph, seed)
+    order = random_order(graph, random.Random(seed))
     ranges = live_ranges(graph, order).ranges
     assert sim.order_profile(graph, order) == sim.live_profile(ranges, len(order))
     assert sim.order_load(graph, order) == sim.load(ranges, len(order))
