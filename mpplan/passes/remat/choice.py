@@ -178,10 +178,13 @@ class Choice:
         over.  The steps over strictly between ops ``x < y`` are then
         ``through[y] - through[x] - own[y]``."""
         if self._over is None or self._over[0] != budget:
-            span = self.index.span
+            # Op p's step: p plus the recomputes that run before ops up to p (no key
+            # arithmetic: a division per step cost as much as the rest together).
+            anchored = np.fromiter(self.anchor.values(), np.int64, len(self.anchor))
+            step = np.cumsum(np.bincount(anchored, minlength=self.model.num_ops)) + np.arange(self.model.num_ops)
             over = self.profile > budget
-            through = np.cumsum(np.bincount(self.keys[over] // span, minlength=self.model.num_ops))
-            own = over[self.keys % span == span - 1].astype(np.int64)
+            through = np.cumsum(over)[step]
+            own = over[step].astype(np.int64)
             self._over = budget, through, own
         return self._over[1], self._over[2]
 
@@ -281,13 +284,17 @@ class Choice:
         keep[seg.searchsorted([self.anchor[c] * span + c for c in trial.moved if c in self.anchor])] = False
         added = np.array(sorted(a * span + c for c, a in trial.moved.items() if a < NEVER), np.int64)
         kept = seg[keep]
-        at = kept.searchsorted(added)
-        keys = np.insert(kept, at, added)
-        profile = np.insert(trial.value[keep], at, trial.held)
+        # The new steps' places in the new segment, and the kept steps' (np.insert's
+        # answer, without its per-call overhead three times over).
+        at = kept.searchsorted(added) + np.arange(len(added))
+        stay = np.ones(len(kept) + len(added), bool)
+        stay[at] = False
+        keys = _merged(stay, kept, at, added)
+        profile = _merged(stay, trial.value[keep], at, np.array(trial.held, np.int64))
         starts = self.starts[lo:hi].copy()
         firsts, _, sizes = spans(self.intervals, trial.intervals, model.size)
         np.add.at(starts, seg.searchsorted(firsts), -np.array(sizes, np.int64))
-        starts = np.insert(starts[keep], at, 0)
+        starts = _merged(stay, starts[keep], at, np.zeros(len(added), np.int64))
         firsts, _, sizes = spans(trial.intervals, trial.intervals, model.size)
         np.add.at(starts, keys.searchsorted(firsts), np.array(sizes, np.int64))
         self.keys = np.concatenate((self.keys[:lo], keys, self.keys[hi:]))
@@ -314,3 +321,11 @@ class Choice:
         before, after = self._maxima
         best = int(before[lo - 1]) if lo > 0 else 0
         return max(best, int(after[hi])) if hi < len(self.profile) else best
+
+
+def _merged(stay: np.ndarray, kept: np.ndarray, at: np.ndarray, added: np.ndarray) -> np.ndarray:
+    """``kept`` at the places ``stay`` marks and ``added`` at places ``at`` (the others)."""
+    out = np.empty(len(stay), np.int64)
+    out[stay] = kept
+    out[at] = added
+    return out

@@ -33,14 +33,14 @@ its backward, so recomputing it frees the most.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from mpplan.passes.remat.chains import CHAIN_LEVELS, CHAIN_MAX_OPS, Chain, anchor_of, walk
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["CHAIN_LEVELS", "CHAIN_MAX_OPS", "MoveCache"]
+__all__ = ["CHAIN_LEVELS", "CHAIN_MAX_OPS", "MoveCache", "in_order", "steps_over"]
 
 #: Rows are compacted once the dead ones outnumber the live ones by this much.
 COMPACT_SLACK = 4096
@@ -146,9 +146,10 @@ class MoveCache:
         choice's (candidate -> where it runs), ``over_counts`` its ``Choice.over_counts``
         at the budget."""
         through, own = over_counts
+        ahead = through - own
 
         def over(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-            return np.where(y > x, through[y] - through[x] - own[y], 0)
+            return steps_over(through, ahead, x, y)
 
         self._refresh(anchor, through, own, over)
         # Gains as differences of one running sum over every term row; int64 may wrap
@@ -168,7 +169,7 @@ class MoveCache:
         Members are sorted tuples of at most ``CHAIN_MAX_OPS`` candidates, kept padded
         with -1 in the columns ``m0``...: sorting by those columns is sorting by the
         tuples (a shorter one first), so the many ties of a repetitive graph (its layers
-        alike) are ordered in one ``lexsort``, not as Python tuples.
+        alike) are ordered by ``lexsort`` (``in_order``), not as Python tuples.
         """
         take = limit + len(banned) * 8
         while True:
@@ -177,14 +178,14 @@ class MoveCache:
                 near = np.nonzero(score <= cut)[0]  # every tie with the last one taken
             else:
                 near = np.arange(len(score))
-            rows = which[near]
-            keys = [self.moves[f"m{k}"][rows] for k in reversed(range(CHAIN_MAX_OPS))]
             best: list[tuple[int, ...]] = []
-            for k in rows[np.lexsort((*keys, score[near]))].tolist():
-                if banned.isdisjoint(self.members[k]):
-                    best.append(self.members[k])
-                    if len(best) == limit:
-                        return best
+            members = [self.moves[f"m{k}"] for k in range(CHAIN_MAX_OPS)]
+            for rows in in_order(members, which[near], score[near], take):
+                for k in rows.tolist():
+                    if banned.isdisjoint(self.members[k]):
+                        best.append(self.members[k])
+                        if len(best) == limit:
+                            return best
             if len(near) == len(score):
                 return best
             take *= 4
@@ -201,10 +202,11 @@ class MoveCache:
         now elsewhere, or a zero test that now comes out otherwise."""
         stale, self.stale = self.stale, set()
         reads = self.reads
+        live = reads.live(self.gen)
         if self.toggled:
             stale |= self.toggled
             hit = (reads["value"] < 0) & np.isin(reads["cand"], np.fromiter(self.toggled, np.int64))
-            stale.update(reads["origin"][hit & reads.live(self.gen)].tolist())
+            stale.update(reads["origin"][hit & live].tolist())
         if self.moved:
             # An anchor read depends on the reader's consumers: recheck those whose consumers moved.
             now = np.full(self.model.num_candidates, -1, np.int64)
@@ -212,7 +214,7 @@ class MoveCache:
                 now[x] = anchor_of(self.model, anchor, x)
             seen = now[reads["cand"]]
             hit = (reads["value"] >= 0) & (seen >= 0) & (seen != reads["value"])
-            stale.update(reads["origin"][hit & reads.live(self.gen)].tolist())
+            stale.update(reads["origin"][hit & live].tolist())
         self.moved, self.toggled = set(), set()
         tests = self.tests
         flipped = tests.live(self.gen) & ((over(tests["x"], tests["y"]) == 0) != tests["zero"])
@@ -281,6 +283,43 @@ class MoveCache:
         self.terms.compact(live_terms)
         self.tests.compact(self.tests.live(self.gen))
         self.reads.compact(self.reads.live(self.gen))
+
+
+def steps_over(through: np.ndarray, ahead: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The steps over the budget strictly between original ops ``x`` and ``y`` (0 unless
+    ``y > x``), from ``Choice.over_counts``' ``through`` and ``ahead = through - own``.
+
+    ``through[y] - through[x] - own[y]`` for ``y > x``; otherwise it is at most 0
+    (``through`` never falls, and ``own[y]`` is one of the steps ``through[y]`` counts
+    past ``through[y - 1]``), so clipping at 0 gives both cases in one subtraction."""
+    return np.maximum(ahead[y] - through[x], 0)
+
+
+def in_order(members: Sequence[np.ndarray], rows: np.ndarray, score: np.ndarray, take: int) -> Iterator[np.ndarray]:
+    """``rows`` in order of ``(score, members)`` (``members[k][row]``: a move's ``k``-th
+    candidate, -1 past its last), in runs: the rows under the greatest score, then its
+    ties by their first member, the ``take`` least first.  A repetitive graph ties
+    thousands of moves and a ranking reads only the first few: the rest are sorted
+    only when reached."""
+    if not len(rows):
+        return
+    under = score < score.max()
+    yield _sorted(members, rows[under], score[under])
+    ties = rows[~under]
+    first = members[0][ties]
+    if len(ties) > take:
+        low = first <= first[np.argpartition(first, take - 1)[take - 1]]
+        yield _sorted(members, ties[low])
+        ties = ties[~low]
+    yield _sorted(members, ties)
+
+
+def _sorted(members: Sequence[np.ndarray], rows: np.ndarray, score: np.ndarray | None = None) -> np.ndarray:
+    """``rows`` sorted by ``(score, members)`` (by members alone without ``score``)."""
+    keys = [column[rows] for column in reversed(members)]
+    if score is not None:
+        keys.append(score)
+    return rows[np.lexsort(keys)]
 
 
 def _extend(rows: dict[str, list[int]], origin: int, gen: int, **values: Sequence[int]) -> None:
