@@ -22,7 +22,7 @@ from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize, listing
 from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
 from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
-from mpplan.passes.remat.fit import Fitted, fit_planned
+from mpplan.passes.remat.fit import Fitted, PlanGraph, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan, PlanSettings, RematRecord
 from mpplan.progress import progress
@@ -203,15 +203,19 @@ def _plan_within_budget(graph: Graph, devices: Sequence[Device], settings: Plann
         raise ConfigError("remat budget: the budget policy needs bytes (16GiB) or a fraction (0.8) of the peak")
     inner = dataclasses.replace(settings, remat="none", grads="static")  # the graph is already under grads
 
-    def plan_graph(rewritten: Graph) -> tuple[Plan, int, Sequence[str]]:
-        planned = plan(rewritten, devices, inner)
-        return planned, planned.max_peak_bytes, planned.schedule
+    def planner(chosen: PlannerSettings) -> PlanGraph[Plan]:
+        def plan_graph(rewritten: Graph) -> tuple[Plan, int, Sequence[str]]:
+            planned = plan(rewritten, devices, chosen)
+            return planned, planned.max_peak_bytes, planned.schedule
+        return plan_graph
 
+    # Own order: the given order's recomputes are also planned in the given order (never worse than fixed).
+    given = None if settings.schedule == "as_given" else planner(dataclasses.replace(inner, schedule="as_given"))
     clock = time.perf_counter()
     dynamic = memory_model(graph, settings.grads)
     try:
-        fitted = fit_planned(dynamic, _budget(settings, devices), plan_graph, solver=settings.remat_solver,
-                             time_limit_s=settings.remat_time_limit_s)
+        fitted = fit_planned(dynamic, _budget(settings, devices), planner(inner), plan_given=given,
+                             solver=settings.remat_solver, time_limit_s=settings.remat_time_limit_s)
     except RematInfeasibleError as exc:
         best = _with_remat(graph, exc.plan, settings, time.perf_counter() - clock)
         raise RematInfeasibleError(str(exc), exc.missing_bytes, exc.best, plan=best) from None

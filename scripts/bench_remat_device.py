@@ -2,8 +2,9 @@
 
 Rerun: ``python scripts/bench_remat_device.py`` (``--scale-max N``: the largest graph of
 the scaling run, 100k ops by default; ``--scale-only``: print the scaling table alone,
-docs untouched; ``--quick`` is accepted and changes nothing since the six training
-graphs, 45 to 353 ops, run at 0.9/0.8/0.7 in every run).
+docs untouched; ``--no-scale``: print the section without it, docs untouched; ``--quick``
+is accepted and changes nothing since the six training graphs, 45 to 353 ops, run at
+0.9/0.8/0.7 in every run).
 Writes the ``remat_device`` section of docs/benchmarks.md.
 
 Protocol (Moccasin's and Checkmate's): budget = 0.9, 0.8 (and 0.7) of ``static + LOAD``
@@ -165,16 +166,17 @@ def growth_line(exponent: float, first_exponent: float) -> str:
             f"(least squares over the sizes above; past the {TIME_LIMIT:.0f} s limit only the first start runs).")
 
 
-def section(quick: bool, scale_max: int) -> str:
-    command = "python scripts/bench_remat_device.py" + (" --quick" if quick else "") + f" --scale-max {scale_max}"
+def section(quick: bool, scale_max: int, scale: bool = True) -> str:
+    """The section's text; without ``scale``, the comparison alone (no scaling subsection)."""
+    command = "python scripts/bench_remat_device.py" + (" --quick" if quick else "") + (
+        f" --scale-max {scale_max}" if scale else " --no-scale")
     load_before = os.getloadavg()[0]
     random_rows = comparison(RANDOM, (0.9, 0.8))
     least_rows = least_loads(RANDOM)
     train_rows = comparison(TRAIN, (0.9, 0.8, 0.7))
-    scale_rows, exponent, first_exponent = scaling(scale_max)
     load_after = os.getloadavg()[0]
     headers = ["graph", "ops", "budget", "fixed, LOAD", "s", "fixed, arena", "s", "own order", "s", "Moccasin"]
-    return "\n\n".join([
+    parts = [
         "## Remat on the device: fixed order against Moccasin and Checkmate, and mpplan's own order",
         stamp(command),
         f"Load average (1 min) at the start {load_before:.1f}, at the end {load_after:.1f}, on the machine's "
@@ -190,11 +192,16 @@ def section(quick: bool, scale_max: int) -> str:
         table(["graph", "least static + LOAD / no-remat peak", "", "s"], least_rows),
         "### Checkmate's training graphs (Checkmate's optimum = the `exact` column of the remat section)",
         table(headers, train_rows),
-        "### Heuristic scaling (`synthetic.transformer(layers, batch=1, seq=64, hidden=64, heads=4, vocab=512, "
-        "train=True)`, budget 0.9, one round, 60 s limit on the extra starts)",
-        table(SCALE_HEADERS, scale_rows),
-        growth_line(exponent, first_exponent),
-    ])
+    ]
+    if scale:
+        scale_rows, exponent, first_exponent = scaling(scale_max)
+        parts += [
+            "### Heuristic scaling (`synthetic.transformer(layers, batch=1, seq=64, hidden=64, heads=4, vocab=512, "
+            "train=True)`, budget 0.9, one round, 60 s limit on the extra starts)",
+            table(SCALE_HEADERS, scale_rows),
+            growth_line(exponent, first_exponent),
+        ]
+    return "\n\n".join(parts)
 
 
 def main() -> None:
@@ -202,11 +209,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="kept for old command lines: as the full run")
     parser.add_argument("--scale-max", type=int, default=100_000, help="largest graph of the scaling run (ops)")
     parser.add_argument("--scale-only", action="store_true", help="print the scaling table only (docs untouched)")
+    parser.add_argument("--no-scale", action="store_true", help="print the section without scaling (docs untouched)")
     args = parser.parse_args()
     if args.scale_only:
         rows, exponent, first_exponent = scaling(args.scale_max)
         print(table(SCALE_HEADERS, rows))
         print(growth_line(exponent, first_exponent))
+        return
+    if args.no_scale:  # the scaling subsection has its own run: print the rest, docs untouched
+        print(section(args.quick, args.scale_max, scale=False))
         return
     write_section("remat_device", section(args.quick, args.scale_max))
     log("wrote the remat_device section of docs/benchmarks.md")

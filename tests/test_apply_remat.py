@@ -314,9 +314,10 @@ def test_random_calls_are_never_replayed_but_attention_without_dropout_is() -> N
     assert not _random(aten.addmm.default, (q, q, q), {})
 
 
-def test_a_record_with_a_cut_point_is_refused_naming_the_record() -> None:
-    """``apply`` cannot keep the original for the readers before a cut (``from_op``): one
-    ``PlanError`` naming the record, where it used to recompute at the first reader."""
+def test_a_cut_point_at_the_first_backward_reader_is_honoured_any_other_refused() -> None:
+    """``apply`` recomputes at the first backward reader: a record whose cut (``from_op``)
+    names that op gets the same policy as one without; it cannot keep the original for
+    the readers before any other cut: one ``PlanError`` naming the record."""
     from mpplan.capture.torch_capture import capture_program
     from mpplan.errors import PlanError
 
@@ -327,5 +328,13 @@ def test_a_record_with_a_cut_point_is_refused_naming_the_record() -> None:
     record = {"tensor": relu.outputs[0], "op": "relu", "recompute_op": "relu@recompute",
               "recompute_tensor": f"{relu.outputs[0]}@recompute", "bytes": 1}
     assert RecomputePolicy.from_records(program, [record]).ops == ("relu",)
+    boundary = next(k for k, op in enumerate(program.graph.ops) if op.backward_of is not None)
+    readers = [op.name for op in program.graph.ops[boundary:] if relu.outputs[0] in op.inputs]
+    later = program.graph.ops[-1].name  # a backward op after the first reader
+    assert readers and later != readers[0]
+    at_first = RecomputePolicy.from_records(program, [{**record, "from_op": readers[0]}])
+    assert at_first == RecomputePolicy.from_records(program, [record])
     with pytest.raises(PlanError, match=r"^plan remat\[1\]: tensor .* has from_op 'mm'"):
         RecomputePolicy.from_records(program, [record, {**record, "from_op": "mm"}])
+    with pytest.raises(PlanError, match=rf"from_op {later!r}; .*\({readers[0]!r}\)"):
+        RecomputePolicy.from_records(program, [{**record, "from_op": later}])

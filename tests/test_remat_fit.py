@@ -74,6 +74,46 @@ def test_the_planners_order_first_recomputes_nothing_when_it_fits() -> None:
     assert fixed.remat or not fits_fixed  # the given order must recompute to get there, or cannot
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(training_graphs(), layered_graphs()), st.floats(0.3, 1.0), st.sampled_from([64, 512]))
+def test_the_own_order_never_does_worse_than_the_fixed_order(graph: Graph, fraction: float, alignment: int) -> None:
+    """The own order's fit also searches the given order, planned in the given order: it
+    fits wherever the fixed order fits, at no more recomputation."""
+    budget = int(fraction * peak(graph))
+    fixed, fixed_fits = planned_or_refused(graph, budget, alignment=alignment, schedule="as_given")
+    own, own_fits = planned_or_refused(graph, budget, alignment=alignment, schedule="auto")
+    assert own_fits or not fixed_fits
+    if fixed_fits:
+        assert own.compute_overhead <= fixed.compute_overhead + 1e-12
+    else:
+        assert own_fits or own.max_peak_bytes <= fixed.max_peak_bytes
+
+
+def test_the_own_order_plans_the_given_orders_recomputes_in_the_given_order() -> None:
+    """A scheduler that plans every rewrite 50% over its ``static + LOAD`` (recomputes
+    moved where they cost memory): the own order's fit still plans the given order's
+    recomputes in the given order, so it fits where the fixed order fits, at its cost
+    (before: refused, every rewrite planned by the own scheduler)."""
+    graph = small_chain(12)
+    budget = int(0.85 * peak(graph))
+    given_calls: list[int] = []
+
+    def plan_own(rewritten: Graph) -> tuple[int, int, list[str]]:
+        planned = peak(rewritten) if rewritten is graph else int(1.5 * peak(rewritten))
+        return planned, planned, [op.name for op in rewritten.ops]
+
+    def plan_given(rewritten: Graph) -> tuple[int, int, list[str]]:
+        given_calls.append(peak(rewritten))
+        return peak(rewritten), peak(rewritten), [op.name for op in rewritten.ops]
+
+    fixed = fit_planned(graph, budget, plan_given, solver="heuristic", time_limit_s=20)
+    own = fit_planned(graph, budget, plan_own, plan_given=plan_given, solver="heuristic", time_limit_s=20)
+    assert fixed.fits and fixed.result.added_cost > 0
+    assert own.fits and own.order == "as_given" and own.result.added_cost == fixed.result.added_cost
+    with pytest.raises(RematInfeasibleError):  # the own scheduler alone plans every rewrite over the budget
+        fit_planned(graph, budget, plan_own, solver="heuristic", time_limit_s=20)
+
+
 def test_the_arena_not_just_load_is_held_to_the_budget() -> None:
     """At alignment 512 the rewrite that fits ``static + LOAD`` plans 5% over the budget; the
     planner aims lower until the planned peak fits."""

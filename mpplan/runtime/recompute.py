@@ -44,6 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import CapturedProgram
 from mpplan.errors import PlanError
+from mpplan.graph import Graph
 
 __all__ = ["IGNORED", "RecomputeHooks", "RecomputePolicy", "module_calls"]
 
@@ -75,16 +76,18 @@ class RecomputePolicy:
 
         The traced forward also holds the loss's calls, made after the module returns;
         ``aligned`` onto the module's real calls drops them (out of ``apply``'s reach).
-        A record with a cut point (``from_op``) raises ``PlanError``: a recipe reruns at
-        the first reader that unpacks it, so the original could not serve the readers
-        before the cut as the plan counts it.
+        A record's cut point (``from_op``) is honoured where it is the tensor's first
+        backward reader: every backward reader reads the recompute, which is when a recipe
+        reruns (the first reader that unpacks it).  Any other cut raises ``PlanError``: the
+        original could not serve the readers before the cut as the plan counts it.
         """
-        for k, record in enumerate(records):
-            if record.get("from_op") is not None:
-                raise PlanError(f"plan remat[{k}]: tensor {record['tensor']!r} has from_op {record['from_op']!r}; "
-                                "apply() recomputes before the first backward reader only: plan with the budget "
-                                "policy on the training graph (no cut points) for apply()")
         graph = program.graph
+        for k, record in enumerate(records):
+            cut, first = record.get("from_op"), _first_backward_reader(graph, record["tensor"])
+            if cut is not None and cut != first:
+                raise PlanError(f"plan remat[{k}]: tensor {record['tensor']!r} has from_op {cut!r}; apply() "
+                                f"recomputes before the first backward reader only ({first!r}): plan with the "
+                                "budget policy on the training graph for apply()")
         forward = [
             op for op in graph.ops if program.op_phases.get(op.name) == "forward" and op.type != IGNORED
         ]
@@ -285,6 +288,16 @@ class RecomputeHooks:
         if packed.recipe.value is None:
             self.recomputed += 1
         return _resolve(packed)
+
+
+def _first_backward_reader(graph: Graph, tensor: str) -> str | None:
+    """The first op of ``graph`` from its first backward op on that reads ``tensor``."""
+    backward = False
+    for op in graph.ops:
+        backward = backward or op.backward_of is not None
+        if backward and tensor in op.inputs:
+            return op.name
+    return None
 
 
 def _random(func: Any, args: Any, kwargs: Any) -> bool:

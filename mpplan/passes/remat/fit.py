@@ -9,7 +9,9 @@ executed op order out):
 1. Plan the graph as it is.  If the planner's own order fits, recompute nothing.
 2. Otherwise decide recomputes on the graph *in the planner's order* (and, when that
    differs, in the given order too), plan the rewritten graph (the scheduler may move
-   ops around the recomputes), and while the planned peak is over the budget, aim
+   ops around the recomputes; the given order's rewrites are planned in the given
+   order when the caller can, so the own order's fit is never worse than the fixed
+   order's: the two searches are the same, each with its own time), and while the planned peak is over the budget, aim
    the recomputes lower and retry (halfway back when that aim is refused).  The aim
    is a LOAD target: the planned peak exceeds ``static + LOAD`` by the arena's
    fragmentation, a ratio that stays near its last value and grows as recomputes
@@ -39,9 +41,12 @@ from mpplan.errors import ConfigError
 from mpplan.passes.remat.api import RematInfeasibleError, RematResult, records_of, remat, resolve_budget, result_of
 from mpplan.passes.remat.rewriting import recomputable
 
-__all__ = ["Fitted", "fit_planned", "in_order", "next_target"]
+__all__ = ["Fitted", "PlanGraph", "fit_planned", "in_order", "next_target"]
 
 P = TypeVar("P")
+
+#: Plans a graph: its plan, planned peak and executed op order.
+PlanGraph = Callable[[Graph], tuple[P, int, Sequence[str]]]
 
 #: Rounds of "aim lower by the overshoot" per decision order.
 MAX_ROUNDS = 5
@@ -76,58 +81,46 @@ def in_order(graph: Graph, names: Sequence[str]) -> Graph:
 def fit_planned(
     graph: Graph,
     budget: float | str,
-    plan_graph: Callable[[Graph], tuple[P, int, Sequence[str]]],
+    plan_graph: PlanGraph[P],
     *,
+    plan_given: PlanGraph[P] | None = None,
     solver: str = "auto",
     time_limit_s: float = 60.0,
 ) -> Fitted[P]:
     """The cheapest recomputes whose *planned* peak fits ``budget`` (module docstring).
 
     ``budget`` is bytes, a size string, or a fraction of ``static + LOAD`` of the given
-    order (as for ``remat``).  Raises ``RematInfeasibleError`` (``best``: the rewrite
-    with the least planned peak; ``plan``: its ``Fitted``) when nothing fits.
+    order (as for ``remat``).  ``plan_given``, when the planner's scheduler is not the
+    given order, plans a graph in its own op order: the given order's recomputes are then
+    planned in that order, so the fit is never worse than the fixed order's.  Each order
+    searches for ``time_limit_s`` of its own.  Raises ``RematInfeasibleError`` (``best``:
+    the rewrite with the least planned peak; ``plan``: its ``Fitted``) when nothing fits.
     """
     clock = time.perf_counter()
     baseline = _load_peak(graph)
     limit = resolve_budget(budget, baseline)
     plan0, peak0, order0 = plan_graph(graph)
     unchanged = result_of(graph, (), "budget", baseline, clock, budget_bytes=limit, solver="none", optimal=True)
-    first = Fitted(unchanged, plan0, peak0, peak0 <= limit, "none")
-    if first.fits:
-        note = "the planner's order fits without recomputation"
-        return dataclasses.replace(first, result=dataclasses.replace(first.result, note=note))
-    names = [name for name in order0 if name in {op.name for op in graph.ops}]
-    orders = {"planner": in_order(graph, names)}
-    if orders["planner"] is not graph:
-        orders["as_given"] = graph
-    deadline = clock + time_limit_s
-    tried: list[Fitted[P]] = [first]
+    note = dataclasses.replace(unchanged, note="the planner's order fits without recomputation")
+    tried: list[Fitted[P]] = [Fitted(note, plan0, peak0, peak0 <= limit, "none")]
+    if tried[0].fits:
+        return tried[0]
+    present = {op.name for op in graph.ops}
+    ordered = in_order(graph, [name for name in order0 if name in present])
+    # (label, the order recomputes are decided in, how its rewrites are planned, its unchanged planned peak)
+    searches: list[tuple[str, Graph, PlanGraph[P], int]] = [("planner", ordered, plan_graph, peak0)]
+    if plan_given is not None:
+        given, given_peak, _ = plan_given(graph)
+        tried.append(Fitted(note, given, given_peak, given_peak <= limit, "none"))
+        searches.append(("as_given", graph, plan_given, given_peak))
+    elif ordered is not graph:
+        searches.append(("as_given", graph, plan_graph, peak0))
     messages: list[str] = []
-    # The planned peak over static + LOAD of the order it planned: the fragmentation to allow for.
-    first_ratio = max(1.0, peak0 / _load_peak(orders["planner"]))
-    for label, ordered in orders.items():
-        # The LOAD target; targets planned over, and refused; planned peak / LOAD of the last rewrites.
-        target, over, under = min(limit, max(1, int(limit / first_ratio))), limit + 1, 0
-        ratios = [first_ratio]
-        for _ in range(MAX_ROUNDS):
-            share = max(1.0, (deadline - time.perf_counter()) / 2)
-            try:
-                decided = remat(ordered, "budget", budget=target, solver=solver, time_limit_s=share)
-            except RematInfeasibleError as exc:
-                decided, under = exc.best, target
-                messages.append(str(exc))
-            fitted = _planned(graph, ordered, decided, plan_graph, baseline, limit, clock, label)
-            tried.append(fitted)
-            if fitted.fits or time.perf_counter() > deadline:
-                break
-            if under < target:  # planned over the budget: aim lower, by the ratio it planned at
-                over = target
-                ratios.append(fitted.peak / max(1, decided.peak_bytes))
-                target = max(under + 1, min(target - 1, next_target(limit, decided.peak_bytes, ratios)))
-            else:  # refused: aim between the refusal and the last target planned over
-                target = (under + over) // 2
-            if not under < target < over or target <= 0:
-                break
+    for label, decide_in, planner, start_peak in searches:
+        if tried[-1].fits:  # the given order fits as it is
+            break
+        tried += _aimed(graph, decide_in, planner, limit, baseline, clock, solver, time_limit_s,
+                        max(1.0, start_peak / _load_peak(decide_in)), label, messages)
     fits = [f for f in tried if f.fits]
     if fits:
         return min(fits, key=lambda f: (f.result.added_cost, f.peak))
@@ -140,6 +133,39 @@ def fit_planned(
         best.result,
         plan=best,
     )
+
+
+def _aimed(graph: Graph, ordered: Graph, plan_graph: PlanGraph[P], limit: int, baseline: int, clock: float,
+           solver: str, time_limit_s: float, first_ratio: float, label: str, messages: list[str]) -> list[Fitted[P]]:
+    """The rewrites of step 2 (module docstring) decided in ``ordered``, each planned by
+    ``plan_graph``, until one fits, ``MAX_ROUNDS`` pass or ``time_limit_s`` runs out;
+    ``first_ratio``: the unchanged graph's planned peak over its ``static + LOAD`` in
+    ``ordered``.  The search's refusals are appended to ``messages``."""
+    deadline = time.perf_counter() + time_limit_s
+    # The LOAD target; targets planned over, and refused; planned peak / LOAD of the last rewrites.
+    target, over, under = min(limit, max(1, int(limit / first_ratio))), limit + 1, 0
+    ratios = [first_ratio]
+    tried: list[Fitted[P]] = []
+    for _ in range(MAX_ROUNDS):
+        share = max(1.0, (deadline - time.perf_counter()) / 2)
+        try:
+            decided = remat(ordered, "budget", budget=target, solver=solver, time_limit_s=share)
+        except RematInfeasibleError as exc:
+            decided, under = exc.best, target
+            messages.append(str(exc))
+        fitted = _planned(graph, ordered, decided, plan_graph, baseline, limit, clock, label)
+        tried.append(fitted)
+        if fitted.fits or time.perf_counter() > deadline:
+            break
+        if under < target:  # planned over the budget: aim lower, by the ratio it planned at
+            over = target
+            ratios.append(fitted.peak / max(1, decided.peak_bytes))
+            target = max(under + 1, min(target - 1, next_target(limit, decided.peak_bytes, ratios)))
+        else:  # refused: aim between the refusal and the last target planned over
+            target = (under + over) // 2
+        if not under < target < over or target <= 0:
+            break
+    return tried
 
 
 def next_target(limit: int, load: int, ratios: Sequence[float]) -> int:
@@ -164,7 +190,7 @@ def _planned(
     graph: Graph,
     ordered: Graph,
     decided: RematResult,
-    plan_graph: Callable[[Graph], tuple[P, int, Sequence[str]]],
+    plan_graph: PlanGraph[P],
     baseline: int,
     limit: int,
     clock: float,
