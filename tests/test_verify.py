@@ -174,3 +174,51 @@ def test_parallel_safe_checked():
         verify(graph, replace(serial, settings={**serial.settings, "parallel_safe": True}))
     safe = planned(graph, replace(EXACT, parallel_safe=True))
     assert safe.buffers["a"].offset != safe.buffers["b"].offset
+
+
+def _param_grad_graph() -> Graph:
+    """``w``'s gradient ``gw`` is made at step 1 and read by nobody; ``y`` is made after it."""
+    tensors = (Tensor("x", 64, Kind.INPUT), Tensor("w", 64, Kind.PARAM), Tensor("h", 64),
+               Tensor("gw", 64, Kind.GRAD, grad_of="w"), Tensor("y", 64))
+    ops = (Op("f", "f", ("x", "w"), ("h",)), Op("g", "g", ("h",), ("gw",)), Op("k", "k", ("h",), ("y",)))
+    return Graph("pg", tensors, ops, ("y",))
+
+
+def test_dynamic_param_grad_held_to_the_end():
+    """``grads: dynamic``: a parameter's gradient is held to the end of the step, so a buffer made
+    later must not share its bytes, though nothing reads the gradient again."""
+    graph = _param_grad_graph()
+    p = planned(graph, replace(EXACT, grads="dynamic"))
+    gw = p.buffers["gw"]
+    with pytest.raises(VerificationError, match=r"tensors 'gw' and 'y' are live together"):
+        verify(graph, corrupt_buffers(p, y=replace(p.buffers["y"], offset=gw.offset)))
+
+
+def test_static_param_grad_counted_as_static():
+    """``grads: static``: a parameter's gradient is static (no buffer, counted in static_bytes) along with
+    inputs and parameters; a claim that leaves it out, or a buffer for it, is rejected."""
+    graph = _param_grad_graph()
+    p = planned(graph, replace(EXACT, grads="static"))
+    assert "gw" not in p.buffers and p.devices[0].static_bytes == 3 * 64
+    dev = p.devices[0]
+    short = replace(dev, static_bytes=dev.static_bytes - 64, peak_bytes=dev.peak_bytes - 64,
+                    lower_bound_bytes=dev.lower_bound_bytes - 64)
+    with pytest.raises(VerificationError, match="static_bytes claimed 128, the graph gives 192"):
+        verify(graph, replace(p, devices=(short,), max_peak_bytes=short.peak_bytes))
+    with pytest.raises(VerificationError, match="buffer 'gw': not a dynamic storage"):
+        verify(graph, corrupt_buffers(p, gw=Buffer("gpu0", 0, 64)))
+
+
+def test_placement_defects_rejected():
+    """On one device, an op placed on a device the plan does not list is named; an op left out of the
+    placement runs on the one device.  On two, an op without a device is named."""
+    graph = chain(3)
+    p = planned(graph)
+    with pytest.raises(VerificationError, match="op 'op1': placed on unknown device 'gpu7'"):
+        verify(graph, replace(p, placement={**p.placement, "op1": "gpu7"}))
+    assert verify(graph, replace(p, placement={k: v for k, v in p.placement.items() if k != "op1"})).ops == 3
+    two = replace(p, devices=(p.devices[0], replace(p.devices[0], name="gpu1", static_bytes=0, arena_bytes=0,
+                                                    peak_bytes=0, lower_bound_bytes=0)),
+                  placement={k: v for k, v in p.placement.items() if k != "op2"})
+    with pytest.raises(VerificationError, match="op 'op2': no device in placement"):
+        verify(graph, two)

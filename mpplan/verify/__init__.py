@@ -24,6 +24,8 @@ What the plan is checked against (device names, capacities, alignment,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import filterfalse
+from operator import attrgetter
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
@@ -37,6 +39,7 @@ from mpplan.verify.truth import TRUSTED_FIELDS, Truth, check_agrees, truth_from_
 __all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "truth_from_plan", "verify"]
 
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
+_NAME, _NBYTES = attrgetter("name"), attrgetter("nbytes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,7 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
         truth = truth_from_plan(plan)
     check_agrees(plan, truth)
     graph = with_recomputes(graph, plan)
-    tensors = {t.name: t for t in graph.tensors}
+    tensors = dict(zip(map(_NAME, graph.tensors), graph.tensors))
     copies = _check_copies(plan, tensors)
     for c in copies.values():
         tensors[c.name] = Tensor(c.name, c.bytes, Kind.ACTIVATION)
@@ -73,22 +76,26 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     run = replay(graph, plan, root, copies, device_of, dependencies=truth.parallel_safe)
     first, last, home = run.first, dict(run.last), run.home
     grads_dynamic = truth.grads == "dynamic"
-    static = {s for s in _static_storages(graph, tensors, grads_dynamic) if s in home}
+    kinds = _by_kind(graph)
+    static = {s for s in _static_storages(kinds, tensors, grads_dynamic) if s in home}
     named = sorted(home)  # every check below goes in name order, so the first violation is reported
-    dynamic = dict.fromkeys(s for s in named if s not in static)  # a set, in name order
+    dynamic = dict.fromkeys(filterfalse(static.__contains__, named))  # a set, in name order
     end = len(plan.schedule) - 1
-    held_to_end = set(graph.outputs) | {t.name for t in graph.tensors if t.kind is Kind.OUTPUT}
+    held_to_end = set(graph.outputs) | {t.name for t in kinds[Kind.OUTPUT]}
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
-        params = {t.name for t in graph.tensors if t.kind is Kind.PARAM}  # copies are activations: none is a param
-        held_to_end |= {t.name for t in graph.tensors if t.grad_of in params and t.kind is Kind.GRAD}
+        params = {t.name for t in kinds[Kind.PARAM]}  # copies are activations: none is a param
+        held_to_end |= {t.name for t in kinds[Kind.GRAD] if t.grad_of in params}
     for name in held_to_end:
         if root[name] in last:
             last[root[name]] = end
-    size = {s: tensors[s].nbytes for s in home}
+    size = dict(zip(home, map(_NBYTES, map(tensors.__getitem__, home))))
     check_buffers(plan, size, dynamic, home, truth.alignment)
     by_device: dict[str, tuple[list[str], list[str]]] = {d.name: ([], []) for d in plan.devices}
-    for s in named:
-        by_device[home[s]][s in dynamic].append(s)
+    if len(by_device) == 1:  # every storage is on the one device (replay checked each home): no loop
+        by_device[plan.devices[0].name] = (sorted(static), list(dynamic))
+    else:
+        for s in named:
+            by_device[home[s]][s in dynamic].append(s)
     for device in plan.devices:
         mine_static, mine = by_device[device.name]
         check_no_overlap(plan.buffers, device.name, mine, first, last)
@@ -134,14 +141,20 @@ def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     return roots
 
 
-def _static_storages(graph: Graph, tensors: dict[str, Tensor], grads_dynamic: bool) -> set[str]:
-    """Roots resident for the whole step: inputs, params, optimizer state, and (``grads: static``) param grads."""
-    static = set()
+def _by_kind(graph: Graph) -> dict[Kind, list[Tensor]]:
+    """The graph's tensors of each kind, in tensor order: one pass over 200k tensors serves every
+    question below about a few kinds (static ones, outputs, parameters and their gradients)."""
+    kinds: dict[Kind, list[Tensor]] = {kind: [] for kind in Kind}
     for t in graph.tensors:
-        if t.alias_of is None and (
-            t.kind in _ALWAYS_STATIC or (not grads_dynamic and t.kind is Kind.GRAD and _is_param_grad(tensors, t))
-        ):
-            static.add(t.name)
+        kinds[t.kind].append(t)
+    return kinds
+
+
+def _static_storages(kinds: dict[Kind, list[Tensor]], tensors: dict[str, Tensor], grads_dynamic: bool) -> set[str]:
+    """Roots resident for the whole step: inputs, params, optimizer state, and (``grads: static``) param grads."""
+    static = {t.name for kind in _ALWAYS_STATIC for t in kinds[kind] if t.alias_of is None}
+    if not grads_dynamic:
+        static |= {t.name for t in kinds[Kind.GRAD] if t.alias_of is None and _is_param_grad(tensors, t)}
     return static
 
 
@@ -167,6 +180,8 @@ def _check_copies(plan: Plan, tensors: dict[str, Tensor]) -> dict[str, Copy]:
 
 def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
     known = {o.name for o in graph.ops} | set(copies)
+    if len(set(plan.schedule)) == len(plan.schedule) == len(known) and known.issuperset(plan.schedule):
+        return  # each known op once, and as many steps as ops: the common case in C; the loop names a fault
     seen: set[str] = set()
     for step, name in enumerate(plan.schedule):
         if name not in known:
@@ -183,8 +198,11 @@ def _check_placement(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> dict[
     names = [d.name for d in plan.devices]
     if not names:
         _fail("plan lists no devices")
+    ops = [o.name for o in graph.ops] + list(copies)
+    if len(names) == 1 and set(plan.placement.values()) <= {names[0]}:
+        return dict.fromkeys(ops, names[0])  # one device, nothing placed elsewhere (so no copy): no loop
     placement: dict[str, str] = {}
-    for name in [o.name for o in graph.ops] + list(copies):
+    for name in ops:
         device = plan.placement.get(name)
         if device is None:
             if len(names) > 1:

@@ -1,0 +1,86 @@
+"""Golden check for speed work: ``mpplan plan`` of this tree against another (main's), byte for byte.
+
+Rerun: ``python scripts/golden_cli.py /work/main [--big]`` from the tree under test.  Each case runs
+``python -m mpplan.cli plan <config> --out <folder>`` once in each tree (``python -m`` from the tree's
+root, so its own ``mpplan`` is imported) and compares the exit code, stdout, stderr and every file
+written (plan.json, report.md, timeline.json, baselines.json), ignoring only ``planner.seconds``
+(wall time) and the output folder's own path.  Cases: a synthetic transformer graph file (10k ops;
+``--big`` adds 100k), on two devices, with remat (``mirror``), with ``parallel_safe`` on devices
+too small (exit 3), ``configs/quickstart.yaml``, and a bad graph file (exit 2, one line).
+Exit 0 when every case agrees; else prints the first difference of each case that differs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEVICE = "{name: gpu0, capacity: 1000GiB}"
+
+
+def _cases(folder: Path, big: bool) -> dict[str, Path]:
+    """Config of each case, written into ``folder`` beside the graph files they read."""
+    sys.path.insert(0, str(REPO))
+    from mpplan.capture.graph_file import save_graph
+    from mpplan.capture.synthetic import synthetic_graph
+
+    configs: dict[str, Path] = {}
+
+    def config(name: str, text: str) -> None:
+        configs[name] = folder / f"{name}.yaml"
+        configs[name].write_text(text)
+
+    for layers in (360, 3600) if big else (360,):
+        save_graph(synthetic_graph("transformer", layers=layers, train=True), folder / f"t{layers}.json")
+    graph = "model: {graph: {path: t360.json}}\n"
+    config("file10k", f"{graph}devices: [{DEVICE}]\n")
+    if big:
+        config("file100k", f"model: {{graph: {{path: t3600.json}}}}\ndevices: [{DEVICE}]\n")
+    config("two_devices", f"{graph}devices: [{{count: 2, capacity: 1000GiB}}]\n")
+    config("remat", f"{graph}devices: [{DEVICE}]\nplanner: {{remat: {{policy: mirror}}}}\n")
+    config("parallel_safe_misfit", f"{graph}devices: [{{name: gpu0, capacity: 64MiB}}]\nplanner: {{parallel_safe: true}}\n")
+    (folder / "bad.json").write_text('{"tensors": {"x": {"bytes": -1}}, "ops": []}\n')
+    config("bad_file", f"model: {{graph: {{path: bad.json}}}}\ndevices: [{DEVICE}]\n")
+    configs["quickstart"] = REPO / "configs" / "quickstart.yaml"
+    return configs
+
+
+def _run(tree: Path, config: Path, out: Path) -> dict[str, object]:
+    """Exit code, output and written files of one ``mpplan plan``, with the run-specific parts masked."""
+    done = subprocess.run([sys.executable, "-m", "mpplan.cli", "plan", str(config), "--out", str(out)],
+                          cwd=tree, capture_output=True, text=True)
+    result: dict[str, object] = {"exit": done.returncode, "stdout": done.stdout.replace(str(out), "<out>"),
+                                 "stderr": done.stderr.replace(str(out), "<out>")}
+    for path in sorted(out.rglob("*")) if out.exists() else ():
+        text = path.read_text()
+        if path.name == "plan.json":
+            data = json.loads(text)
+            data.get("planner", {}).pop("seconds", None)
+            text = json.dumps(data, indent=1)
+        result[str(path.relative_to(out))] = text.replace(str(out), "<out>")
+    return result
+
+
+def main() -> int:
+    old = Path(sys.argv[1]).resolve()
+    big = "--big" in sys.argv[2:]
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="mpplan-golden-") as tmp:
+        folder = Path(tmp)
+        for name, config in _cases(folder, big).items():
+            a, b = (_run(tree, config, folder / f"out-{name}-{label}") for label, tree in (("old", old), ("new", REPO)))
+            same = a == b
+            failed += not same
+            print(f"{name}: exit {a['exit']}/{b['exit']}, {len(a) - 3} files: {'identical' if same else 'DIFFERENT'}")
+            if not same:
+                key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+                print(f"  first difference in {key}:\n  old: {str(a.get(key))[:300]!r}\n  new: {str(b.get(key))[:300]!r}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
