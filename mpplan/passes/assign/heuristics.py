@@ -249,7 +249,8 @@ def best_fit(
                 chosen = free_starts.pop()
                 del free_end[chosen]
                 del free_by_size[bisect_left(free_by_size, (top - chosen, chosen))]
-        top = max(top, chosen + size)
+        if chosen + size > top:
+            top = chosen + size
         offsets[j] = chosen
         if memory is not None:
             memory.add(chosen, size, j)

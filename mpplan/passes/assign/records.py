@@ -130,8 +130,9 @@ def sweep_load(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) 
 
 
 def arena_end(offsets: Sequence[int], sizes: Sequence[int], members: Sequence[int] | None = None) -> int:
-    idx = range(len(sizes)) if members is None else members
-    return max((offsets[j] + sizes[j] for j in idx if sizes[j]), default=0)
+    if members is None:
+        return max([o + s for o, s in zip(offsets, sizes) if s], default=0)
+    return max([offsets[j] + sizes[j] for j in members if sizes[j]], default=0)
 
 
 def offset_result(
