@@ -369,6 +369,33 @@ def test_bad_input_is_rejected_with_the_record(records, alignment, message) -> N
         assign_offsets([(1, 0, 1)], algorithm="magic")  # type: ignore[arg-type]
 
 
+_ENTRY = st.one_of(st.integers(-2, 40), st.just(True), st.just(1.5), st.just("1"))
+
+
+def _normalised(records: list, alignment: int) -> object:
+    try:
+        return records_module.normalise(records, alignment)
+    except ValueError as error:
+        return str(error)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.tuples(_ENTRY, _ENTRY, _ENTRY), st.tuples(st.integers(0, 9), st.integers(0, 9))), max_size=8
+    ),
+    st.sampled_from([1, 8, 64]),
+)
+def test_normalise_by_columns_is_the_record_loop(records: list, alignment: int) -> None:
+    """Tuples take ``normalise``'s column check, a tuple subclass (same repr) its record loop:
+    same result, same first error."""
+    assert _normalised(records, alignment) == _normalised([_Record(r) for r in records], alignment)
+
+
+class _Record(tuple):
+    """A record that is not exactly a tuple, so ``normalise`` takes its record loop."""
+
+
 def test_budget_bounds_the_search_on_hard_instances() -> None:
     rng = random.Random(7)
     records = []

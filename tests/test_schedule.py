@@ -109,6 +109,27 @@ def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random
     assert mem.load(order) == order_load(graph, order)
 
 
+@settings(max_examples=200, deadline=None)
+@given(graphs(max_ops=30, min_ops=0, max_bytes=2**40))
+def test_memory_model_by_arrays_is_the_one_by_loops(graph: Graph) -> None:
+    """The numpy construction of the memory model (``of``'s fast path) equals the loop, field by field."""
+    assert Memory.by_arrays(graph) == Memory.by_loops(graph)
+
+
+def test_memory_model_of_sums_huge_sizes_by_loops() -> None:
+    """Sizes whose sums could overflow int64 take the loop, exact in Python ints."""
+    huge = 2**70
+    graph = Graph(
+        "huge",
+        (Tensor("x", 8, Kind.INPUT), Tensor("a", huge), Tensor("b", huge)),
+        (Op("A", "f", ("x",), ("a",)), Op("B", "f", ("a",), ("b",))),
+        outputs=("b",),
+    )
+    mem = Memory.of(graph)
+    assert mem == Memory.by_loops(graph)
+    assert mem.start_allocated == (huge, 2 * huge) and mem.load((0, 1)) == 2 * huge
+
+
 @settings(max_examples=100, deadline=None)
 @given(graphs(max_ops=30, min_ops=2), st.randoms(use_true_random=False))
 def test_local_search_moves_keep_the_profile_exact(graph: Graph, rng: random.Random) -> None:

@@ -177,46 +177,43 @@ def best_fit(
     live are exactly the placed ones it conflicts with in time, so the free blocks of
     the sweep are the gaps it may use.  With no block large enough it extends the
     block at the top of the arena.  O(n log n) plus list moves on the free-block index.
+
+    A range that ends before the current record starts began before it too, so it is
+    already placed: freeing ranges in (last step, index) order from one pre-sorted list
+    frees exactly what a heap of the placed ranges would, in the same order.
+    Free blocks are maximal (``add_free`` merges neighbours), so the rest of a block a
+    record takes part of keeps the block's place among the starts and merges with
+    nothing: the hot loop updates it in place instead of dropping and re-adding it.
     """
     n = len(sizes)
-    active = sorted((j for j in range(n) if sizes[j] > 0), key=lambda j: (first[j], j))
+    # by first step, ties by index (a stable sort of the indices); and by last step, likewise
+    active = [j for j in sorted(range(n), key=first.__getitem__) if sizes[j] > 0]
+    ending = [j for j in sorted(range(n), key=last.__getitem__) if sizes[j] > 0]
     offsets = [0] * n
     free_by_size: list[tuple[int, int]] = []  # (size, start)
     free_starts: list[int] = []
     free_end: dict[int, int] = {}
     top = 0  # high-water mark: nothing placed so far reaches above it
-    ending: list[tuple[int, int]] = []
+    ended = 0  # records ending[:ended] are freed: every range that ends before the current one starts
     memory = _MemoryIndex() if may_share is not None else None
+    bisect_left, insort = bisect.bisect_left, bisect.insort
 
     def add_free(lo: int, hi: int) -> None:
-        i = bisect.bisect_left(free_starts, lo)
+        i = bisect_left(free_starts, lo)
         if i > 0 and free_end[free_starts[i - 1]] == lo:  # merge with the block below
             i -= 1
-            below = free_starts[i]
-            _drop(below)
+            below = free_starts.pop(i)
+            del free_by_size[bisect_left(free_by_size, (lo - below, below))]
+            del free_end[below]
             lo = below
         if i < len(free_starts) and free_starts[i] == hi:  # and with the block above
-            above_end = free_end[hi]
-            _drop(hi)
+            above_end = free_end.pop(hi)
+            del free_starts[i]
+            del free_by_size[bisect_left(free_by_size, (above_end - hi, hi))]
             hi = above_end
-        bisect.insort(free_starts, lo)
+        free_starts.insert(i, lo)
         free_end[lo] = hi
-        bisect.insort(free_by_size, (hi - lo, lo))
-
-    def _drop(lo: int) -> None:
-        hi = free_end.pop(lo)
-        del free_starts[bisect.bisect_left(free_starts, lo)]
-        del free_by_size[bisect.bisect_left(free_by_size, (hi - lo, lo))]
-
-    def take(lo: int, size: int) -> None:
-        """Occupy ``[lo, lo + size)`` where ``lo`` starts a free block or is the top."""
-        nonlocal top
-        if lo in free_end:
-            hi = free_end[lo]
-            _drop(lo)
-            if hi > lo + size:
-                add_free(lo + size, hi)
-        top = max(top, lo + size)
+        insort(free_by_size, (hi - lo, lo))
 
     def allowed(j: int, lo: int) -> bool:
         if memory is None or may_share is None:
@@ -224,25 +221,37 @@ def best_fit(
         return not any(_forbidden(j, k, may_share) for k in memory.overlapping(lo, lo + sizes[j], sizes))
 
     for j in active:
-        while ending and ending[0][0] < first[j]:
-            _, k = heapq.heappop(ending)
+        start = first[j]
+        while ended < len(ending) and last[ending[ended]] < start:
+            k = ending[ended]
+            ended += 1
             add_free(offsets[k], offsets[k] + sizes[k])
         size = sizes[j]
-        chosen = -1
-        i = bisect.bisect_left(free_by_size, (size, -1))
-        while i < len(free_by_size):
-            lo = free_by_size[i][1]
-            if allowed(j, lo):
-                chosen = lo
-                break
-            i += 1
-        if chosen < 0:
+        i = bisect_left(free_by_size, (size, -1))
+        if memory is not None:
+            while i < len(free_by_size) and not allowed(j, free_by_size[i][1]):
+                i += 1
+        if i < len(free_by_size):
+            block, chosen = free_by_size.pop(i)
+            where = bisect_left(free_starts, chosen)
+            if block > size:  # the rest of the block stays free, in the block's place
+                rest = chosen + size
+                free_starts[where] = rest
+                free_end[rest] = free_end.pop(chosen)
+                insort(free_by_size, (block - size, rest))
+            else:
+                del free_starts[where]
+                del free_end[chosen]
+        else:
             # extend the arena: start in the free block that touches the top, if any and allowed
-            below_top = free_starts[-1] if free_starts and free_end[free_starts[-1]] == top else -1
-            chosen = below_top if below_top >= 0 and allowed(j, below_top) else top
-        take(chosen, size)
+            chosen = top
+            if free_starts and free_end[free_starts[-1]] == top and allowed(j, free_starts[-1]):
+                chosen = free_starts.pop()
+                del free_end[chosen]
+                del free_by_size[bisect_left(free_by_size, (top - chosen, chosen))]
+        if chosen + size > top:
+            top = chosen + size
         offsets[j] = chosen
         if memory is not None:
             memory.add(chosen, size, j)
-        heapq.heappush(ending, (last[j], j))
     return offsets

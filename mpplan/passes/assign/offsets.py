@@ -106,7 +106,7 @@ def assign_offsets(
 def _pieces(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> list[list[int]]:
     """Groups of non-empty records split at steps that no range crosses, in time order;
     each group by index, so that the stages, which break ties by local index, break them by id."""
-    active = sorted((j for j in range(len(sizes)) if sizes[j]), key=lambda j: (first[j], j))
+    active = sorted([j for j in range(len(sizes)) if sizes[j]], key=first.__getitem__)  # stable: ties by index
     pieces: list[list[int]] = []
     reach = None
     for j in active:

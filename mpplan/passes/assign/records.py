@@ -10,6 +10,7 @@ to the alignment), bounds every arena from below.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,16 @@ def normalise(records: Sequence[Record], alignment: int) -> tuple[list[int], lis
     """Check the records and alignment; sizes rounded up to the alignment."""
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise ValueError(f"assign: expected a positive integer alignment, got {alignment!r}")
+    if records and set(map(type, records)) == {tuple}:
+        # the common case, checked column by column in C; any doubt goes to the loop below,
+        # which finds the first bad record and says what is wrong with it
+        try:
+            columns = tuple(map(list, zip(*records, strict=True)))
+        except ValueError:
+            columns = ()
+        if len(columns) == 3 and _fine(*columns):
+            sizes, first, last = columns
+            return [-(-size // alignment) * alignment for size in sizes] if alignment > 1 else sizes, first, last
     sizes, first, last = [], [], []
     for j, record in enumerate(records):
         try:
@@ -95,6 +106,15 @@ def normalise(records: Sequence[Record], alignment: int) -> tuple[list[int], lis
     return sizes, first, last
 
 
+def _fine(sizes: list[int], first: list[int], last: list[int]) -> bool:
+    """True when every entry is a plain ``int``, every size >= 0 and every first <= last."""
+    return (
+        set(map(type, sizes)) | set(map(type, first)) | set(map(type, last)) == {int}
+        and min(sizes) >= 0
+        and not any(map(operator.gt, first, last))
+    )
+
+
 def sweep_load(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> int:
     """Peak of live bytes over steps, by a sweep over range ends (steps need not be dense)."""
     events: dict[int, int] = {}
@@ -110,8 +130,9 @@ def sweep_load(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) 
 
 
 def arena_end(offsets: Sequence[int], sizes: Sequence[int], members: Sequence[int] | None = None) -> int:
-    idx = range(len(sizes)) if members is None else members
-    return max((offsets[j] + sizes[j] for j in idx if sizes[j]), default=0)
+    if members is None:
+        return max([o + s for o, s in zip(offsets, sizes) if s], default=0)
+    return max([offsets[j] + sizes[j] for j in members if sizes[j]], default=0)
 
 
 def offset_result(

@@ -47,8 +47,10 @@ class MaxTree:
             size *= 2
         tree = [-1] * (2 * size)
         tree[size : size + len(values)] = values
-        for i in range(size - 1, 0, -1):
-            tree[i] = max(tree[2 * i], tree[2 * i + 1])
+        width = size  # level by level: the parents of tree[2w:4w] are tree[w:2w], pairwise maxima
+        while width > 1:
+            tree[width // 2 : width] = map(max, tree[width : 2 * width : 2], tree[width + 1 : 2 * width : 2])
+            width //= 2
         self.size, self.tree = size, tree
 
     @property
@@ -121,7 +123,8 @@ class Climber:
     fewer byte-steps are progress towards it, and a strictly falling score cannot cycle.
     """
 
-    def __init__(self, mem: Memory, order: Sequence[int]) -> None:
+    def __init__(self, mem: Memory, order: Sequence[int], profile: list[int] | None = None) -> None:
+        """``profile``: ``mem.profile(order)`` when the caller has it (the climber takes it over)."""
         self.mem = mem
         self.order = list(order)
         self.pos = [0] * mem.num_ops
@@ -134,7 +137,7 @@ class Climber:
                 if self.first[s] < 0:
                     self.first[s] = k
                 self.last[s] = k
-        self.profile = mem.profile(self.order)
+        self.profile = mem.profile(self.order) if profile is None else profile
         self.tree = MaxTree(self.profile)
         self.histogram = Counter(self.profile)
         self.optimal_pieces: set[tuple[tuple[int, ...], tuple[bool, ...], tuple[bool, ...]]] = set()

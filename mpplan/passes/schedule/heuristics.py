@@ -129,23 +129,24 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
     # The op's live heap entry; older entries for it are stale and skipped when popped.
     latest: list[tuple[int, ...] | None] = [None] * n
     heap: list[tuple[int, ...]] = []
-
-    def push(k: int) -> None:
-        # greedy_free: (-net freed, id); least_peak: (allocated, -net freed, id).
-        net = allocated[k] - freed[k]
-        entry = (allocated[k], net, k) if peak_first else (net, k)
-        latest[k] = entry
-        heapq.heappush(heap, entry)
-
-    for k in range(n):
-        if not indegree[k]:
-            push(k)
+    heappush, heappop = heapq.heappush, heapq.heappop
     order = []
-    while heap:
-        entry = heapq.heappop(heap)
-        k = entry[-1]
-        if entry is not latest[k]:
-            continue
+    changed = [k for k in range(n) if not indegree[k]]  # ops whose entry may be out of date
+    while True:
+        for t in changed:
+            if not indegree[t] and not done[t]:
+                # greedy_free: (-net freed, id); least_peak: (allocated, -net freed, id).
+                net = allocated[t] - freed[t]
+                pushed: tuple[int, ...] = (allocated[t], net, t) if peak_first else (net, t)
+                latest[t] = pushed
+                heappush(heap, pushed)
+        while heap:  # the first live entry; entries no longer an op's latest are skipped
+            entry = heappop(heap)
+            k = entry[-1]
+            if entry is latest[k]:
+                break
+        else:
+            break
         latest[k] = None
         done[k] = True
         order.append(k)
@@ -168,9 +169,6 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
             indegree[t] -= 1
             if not indegree[t]:
                 changed.append(t)
-        for t in changed:
-            if not indegree[t] and not done[t]:
-                push(t)
     return tuple(order)
 
 

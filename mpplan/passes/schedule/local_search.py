@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mpplan.passes.schedule.climber import (
     BUILD_WORK,
@@ -74,8 +74,17 @@ def kick(climber: Climber, rng: random.Random, budget: Budget) -> list[Move]:
     return undo
 
 
-def local_search(mem: Memory, starts: Sequence[Order], rng: random.Random, budget: Budget) -> tuple[Order, int]:
+def local_search(
+    mem: Memory,
+    starts: Sequence[Order],
+    rng: random.Random,
+    budget: Budget,
+    profiles: Mapping[Order, list[int]] | None = None,
+) -> tuple[Order, int]:
     """Improve the best of ``starts`` (ascending LOAD) within ``budget``; its order and LOAD.
+
+    ``profiles`` may hold the starts' step profiles (``Memory.profile``), which the
+    climbers then take over instead of simulating each start again.
 
     Each start is hill-climbed in turn (building a climber costs ``BUILD_WORK`` units
     per op); then an iterated local search kicks the best one and climbs again,
@@ -87,7 +96,7 @@ def local_search(mem: Memory, starts: Sequence[Order], rng: random.Random, budge
         if budget.exhausted and best is not None:
             break
         budget.units -= BUILD_WORK * mem.num_ops
-        climber = Climber(mem, start)
+        climber = Climber(mem, start, profiles.get(start) if profiles is not None else None)
         climb(climber, rng, budget)
         if best is None or climber.tree.top < best.tree.top:
             best = climber

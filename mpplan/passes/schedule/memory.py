@@ -7,9 +7,12 @@ to the end).  ``Memory.load`` is the fast twin of ``mpplan.sim.order_load``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from mpplan.graph import Graph
 
@@ -51,6 +54,63 @@ class Memory:
 
     @staticmethod
     def of(graph: Graph) -> Memory:
+        """The memory model of ``graph``: by arrays (``by_arrays``) unless byte sums could
+        overflow 64-bit integers, then by loops over Python ints (``by_loops``); both give
+        the same model, which ``test_schedule`` checks on random graphs."""
+        topo = graph.topology
+        entries = sum(map(len, topo.op_storages))
+        if max(topo.nbytes, default=0) * max(entries, 1) < _INT64_SAFE:
+            return Memory.by_arrays(graph)
+        return Memory.by_loops(graph)
+
+    @staticmethod
+    def by_arrays(graph: Graph) -> Memory:
+        """``of`` by numpy: one flat array of (op, storage) touches instead of a loop over them.
+
+        A storage's local id is its rank by first touch (op, then position in the op), as
+        ``by_loops`` numbers them; its touchers come out of a stable sort by local id, so
+        in op order, repeats kept.  Byte sums are exact: the caller checks they fit int64.
+        """
+        topo = graph.topology
+        counts = np.fromiter(map(len, topo.op_storages), dtype=np.int64, count=len(topo.op_storages))
+        flat = np.fromiter(itertools.chain.from_iterable(topo.op_storages), dtype=np.int64, count=int(counts.sum()))
+        op_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        keep = ~np.array(topo.is_static, dtype=bool)[flat] if len(flat) else np.zeros(0, dtype=bool)
+        flat, op_of = flat[keep], op_of[keep]
+        kept_counts = np.bincount(op_of, minlength=len(counts))
+        ids, first_touch, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        by_first = np.argsort(first_touch, kind="stable")  # local id -> index into ids
+        rank = np.empty(len(ids), dtype=np.int64)
+        rank[by_first] = np.arange(len(ids), dtype=np.int64)
+        local = rank[inverse]
+        owner = ids[by_first]  # the tensor id of each local storage
+        nbytes_arr = np.array(topo.nbytes, dtype=np.int64)[owner]
+        to_end_arr = np.isin(owner, np.fromiter(topo.output_storages, dtype=np.int64))
+        by_local = np.argsort(local, kind="stable")
+        toucher_ops = op_of[by_local]
+        toucher_counts = np.bincount(local, minlength=len(ids))
+        toucher_starts = np.concatenate(([0], np.cumsum(toucher_counts)[:-1])).astype(np.int64)
+        unrun = np.bitwise_xor.reduceat(toucher_ops, toucher_starts) if len(ids) else toucher_ops
+        freeable = np.where((toucher_counts == 1) & ~to_end_arr, nbytes_arr, 0)
+        op_ends = np.cumsum(kept_counts)
+        allocated = _segment_sums(nbytes_arr[local], op_ends)
+        freed = _segment_sums(freeable[local], op_ends)
+        nbytes = nbytes_arr.tolist()
+        return Memory(
+            preds=topo.preds,
+            succs=topo.succs,
+            storages=_split(local.tolist(), op_ends.tolist()),
+            nbytes=tuple(nbytes),
+            touchers=_split(toucher_ops.tolist(), np.cumsum(toucher_counts).tolist()),
+            to_end=tuple(to_end_arr.tolist()),
+            start_allocated=tuple(allocated.tolist()),
+            start_freed=tuple(freed.tolist()),
+            start_unrun=tuple(unrun.tolist()),
+        )
+
+    @staticmethod
+    def by_loops(graph: Graph) -> Memory:
+        """``of`` by one loop over every op's storages, in Python ints (any byte sizes)."""
         topo = graph.topology
         is_static, nbytes_of, outputs = topo.is_static, topo.nbytes, topo.output_storages
         local = [-1] * len(is_static)
@@ -119,3 +179,18 @@ class Memory:
     def load(self, order: Sequence[int]) -> int:
         """LOAD of ``order``; equals ``sim.order_load`` without building live ranges."""
         return max(self.profile(order), default=0)
+
+
+#: ``Memory.of`` sums bytes in int64 arrays only below this bound (largest size times touches).
+_INT64_SAFE = 2**62
+
+
+def _segment_sums(values: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Sums of ``values`` over consecutive segments ending (exclusive) at ``ends``."""
+    running = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    return running[ends] - running[np.concatenate(([0], ends[:-1]))] if len(ends) else ends
+
+
+def _split(values: list[int], ends: list[int]) -> tuple[tuple[int, ...], ...]:
+    """``values`` cut into consecutive tuples ending (exclusive) at ``ends``."""
+    return tuple([tuple(values[lo:hi]) for lo, hi in zip([0, *ends], ends)])

@@ -49,10 +49,12 @@ def auto(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Orde
     mem = Memory.of(graph)
     n = mem.num_ops
     found: dict[Order, int] = {}
+    profiles: dict[Order, list[int]] = {}  # handed to the local search, which would simulate them again
     for heuristic in HEURISTICS.values():
         order = heuristic(mem)
         if order not in found:
-            found[order] = mem.load(order)
+            profiles[order] = mem.profile(order)
+            found[order] = max(profiles[order], default=0)
     ranked = sorted(found, key=found.__getitem__)  # stable: ties keep HEURISTICS' preference
     best, best_load = ranked[0], found[ranked[0]]
     if n <= AUTO_EXACT_SMALL_OPS:
@@ -61,7 +63,7 @@ def auto(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Orde
         except SearchLimitError:
             pass  # too wide: search locally instead
     if n >= 2:
-        order, load = local_search(mem, ranked, random.Random(seed), Budget(IMPROVE_WORK, deadline))
+        order, load = local_search(mem, ranked, random.Random(seed), Budget(IMPROVE_WORK, deadline), profiles)
         if load < best_load:
             best, best_load = order, load
     if AUTO_EXACT_SMALL_OPS < n <= AUTO_EXACT_MAX_OPS:
