@@ -180,9 +180,9 @@ def remat(
             raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
         result, label = least, solver
     took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
-    search = several and solver == "auto"  # the last third searches around the best answer (cutsearch)
+    search = several and solver == "auto"  # the second half searches around the best answer (cutsearch)
     for kind in ("cuts", "rounds", "search")[:3 if search else 2] if several else ():  # cheaper answers in time left
-        left = time_limit_s * (1 if kind == "search" or not search else 2 / 3) - (time.perf_counter() - clock)
+        left = time_limit_s * (1 if kind == "search" or not search else 1 / 2) - (time.perf_counter() - clock)
         if left < took * {"cuts": 1, "rounds": 2, "search": 0}[kind] or not result.added_cost:  # rounds fit twice
             continue
         beat = result.added_cost

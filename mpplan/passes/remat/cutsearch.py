@@ -4,16 +4,18 @@ The cut MILP (``mpplan.passes.remat.cutmilp``) is exact but slow to build and we
 bound; the cut heuristic (``mpplan.passes.remat.cuts``) fixes every cut by a rule before
 it chooses.  This search starts from a fitting answer of the same model (candidate ->
 option of ``cut_options``: which recomputes, each cut at which gap) and tries, most
-expensive recompute first, to *ruin and recreate*: drop one recompute, then repair the
-steps over the budget greedily with moves worth less than it saved — re-cut a chosen
-recompute at another gap (free) or add another recompute under another cut.  A move is
+expensive first, to *ruin and recreate*: drop one recompute (then two, then three), then
+repair the steps over the budget greedily with moves worth less than ``OVERSPEND`` times
+what it dropped — re-cut a chosen recompute at another gap (free) or add another
+recompute under another cut — and prune what the repair made unneeded.  A move is
 scored by ``evaluate`` on the model re-cut for the choice (``with_cuts``), exactly as
 ``sim`` measures the rewritten graph, and a repair is kept only when it fits and costs
 less, so the answer is never worse than the start.  This covers the moves "re-cut a
 tensor at another gap", "swap one recompute for another" and "drop one, add two".
 
 To keep each repair step cheap, only the ``TOP_MOVES`` moves whose freed intervals cover
-the most over-budget bytes per cost (an estimate) are scored exactly.
+the most over-budget bytes per cost (an estimate) are scored exactly; at a local optimum
+the search scores four times more and passes again, until ``deadline``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from mpplan.passes.remat.model import RematModel, storage_index
 
 __all__ = ["OVERSPEND", "TOP_MOVES", "improve_cuts", "search_cuts", "with_cuts"]
 
-#: Per repair step: how many moves (by estimated gain per cost) are scored exactly.
-TOP_MOVES = 1000
+#: Per repair step: how many moves (by estimated gain per cost) are scored exactly, at
+#: first; four times more each time a pass over every ruin finds nothing.
+TOP_MOVES = 16
 
 #: A repair may add recomputes worth this many times the one it dropped: the pruning
 #: after it (``_Search.prune``) often takes back more than the excess.
@@ -43,11 +46,13 @@ OVERSPEND = 2.0
 Chosen = dict[int, int]
 
 
-def with_cuts(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int]) -> RematModel:
+def with_cuts(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int],
+              index: Mapping[int, int] | None = None) -> RematModel:
     """``model`` with each chosen candidate's outputs cut at its option's gaps: what
     ``build_model(graph, cuts=...)`` gives for those cuts on the graphs ``cut_options``
-    covers (the candidates stay the same; only their outputs' splits move)."""
-    index = storage_index(model)
+    covers (the candidates stay the same; only their outputs' splits move).  ``index``:
+    ``storage_index(model)``, when the caller keeps it."""
+    index = storage_index(model) if index is None else index
     split, early, late_first = list(model.split), list(model.early_last), list(model.late_first)
     first_late = list(model.cand_first_late)
     for i, k in chosen.items():
@@ -68,25 +73,33 @@ def improve_cuts(model: RematModel, options: list[list[CutOption]], start: Mappi
     (``time.perf_counter()``) passes (module docstring)."""
     search = _Search(model, options, limit - model.static_bytes, deadline)
     best = dict(start)
+    failed: set[tuple[int, ...]] = set()  # ruins not retried after an improvement elsewhere
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
         for ruined in _ruins(model, best):
             if time.perf_counter() > deadline:
                 break
+            if ruined in failed:
+                continue
             trial = {c: k for c, k in best.items() if c not in ruined}
             found = search.repair(trial, OVERSPEND * sum(model.cand_cost[i] for i in ruined), ruined)
             if found is not None and search.cost(found) < search.cost(best):
                 best, improved = found, True
                 break
+            failed.add(ruined)
+        if not improved and search.top < search.moves_at_most:  # a local optimum: score more moves per step
+            search.top *= 4
+            failed.clear()
+            improved = True
     return best
 
 
 def _ruins(model: RematModel, chosen: Mapping[int, int]) -> Iterator[tuple[int, ...]]:
-    """The recomputes to drop, one at a time and then two, most expensive first."""
+    """The recomputes to drop: one, then two, then three at a time, most expensive first."""
     order = sorted(chosen, key=lambda c: (-model.cand_cost[c], c))
-    yield from ((i,) for i in order)
-    yield from sorted(itertools.combinations(order, 2), key=lambda p: -sum(model.cand_cost[i] for i in p))
+    for size in range(1, 4):
+        yield from sorted(itertools.combinations(order, size), key=lambda p: -sum(model.cand_cost[i] for i in p))
 
 
 class _Search:
@@ -94,6 +107,9 @@ class _Search:
 
     def __init__(self, model: RematModel, options: list[list[CutOption]], dyn: int, deadline: float) -> None:
         self.model, self.options, self.dyn, self.deadline = model, options, dyn, deadline
+        self.index = storage_index(model)
+        self.top = TOP_MOVES
+        self.moves_at_most = sum(map(len, options))
         #: per candidate and option: (last early use, first late use, bytes) of each output.
         self.freed = [
             [tuple((e, dict(o.cuts).get(model.storage_tensor[j], model.late_first[j]), model.size[j])
@@ -106,7 +122,7 @@ class _Search:
 
     def score(self, chosen: Chosen) -> tuple[Evaluation, int]:
         """The evaluation of ``chosen`` and its excess: bytes over the budget summed over steps."""
-        ev = evaluate(with_cuts(self.model, self.options, chosen), chosen)
+        ev = evaluate(with_cuts(self.model, self.options, chosen, self.index), chosen)
         return ev, sum(v - self.dyn for v in ev.profile if v > self.dyn)
 
     def repair(self, chosen: Chosen, allowance: float, ruined: tuple[int, ...]) -> Chosen | None:
@@ -160,7 +176,7 @@ class _Search:
 
     def _moves(self, chosen: Chosen, over: dict[float, int], allowance: float,
                ruined: tuple[int, ...]) -> list[tuple[int, int]]:
-        """The ``TOP_MOVES`` most promising (candidate, option) moves: re-cuts of chosen
+        """The ``top`` most promising (candidate, option) moves: re-cuts of chosen
         candidates and additions cheaper than ``allowance`` (not of ``ruined``), by the
         over-budget bytes their freed intervals cover per cost."""
         ranked: list[tuple[float, int, int]] = []
@@ -176,7 +192,7 @@ class _Search:
                 if gain > 0:
                     ranked.append((gain / (paid + 1e-9), i, k))
         ranked.sort(key=lambda r: -r[0])
-        return [(i, k) for _, i, k in ranked[:TOP_MOVES]]
+        return [(i, k) for _, i, k in ranked[:self.top]]
 
 
 def search_cuts(model: RematModel, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
