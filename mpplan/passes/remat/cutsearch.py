@@ -4,7 +4,7 @@ The cut MILP (``mpplan.passes.remat.cutmilp``) is exact but slow to build and we
 bound; the cut heuristic (``mpplan.passes.remat.cuts``) fixes every cut by a rule before
 it chooses.  This search starts from a fitting answer of the same model (candidate ->
 option of ``cut_options``: which recomputes, each cut at which gap) and tries, most
-expensive first, to *ruin and recreate*: drop one recompute (then two, then three), then
+expensive first, to *ruin and recreate*: drop one recompute (then two), then
 repair the steps over the budget greedily with moves worth less than ``OVERSPEND`` times
 what it dropped — re-cut a chosen recompute at another gap (free) or add another
 recompute under another cut — and prune what the repair made unneeded.  A move is
@@ -72,8 +72,10 @@ def improve_cuts(model: RematModel, options: list[list[CutOption]], start: Mappi
     found by ruin-and-recreate until no recompute can be replaced or ``deadline``
     (``time.perf_counter()``) passes (module docstring)."""
     search = _Search(model, options, limit - model.static_bytes, deadline)
-    best = dict(start)
+    effective = search.score(dict(start))[0].chosen  # what no late use needs is no recompute
+    best = search.prune({i: start[i] for i in effective})
     failed: set[tuple[int, ...]] = set()  # ruins not retried after an improvement elsewhere
+    top = TOP_MOVES
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
@@ -83,33 +85,32 @@ def improve_cuts(model: RematModel, options: list[list[CutOption]], start: Mappi
             if ruined in failed:
                 continue
             trial = {c: k for c, k in best.items() if c not in ruined}
-            found = search.repair(trial, OVERSPEND * sum(model.cand_cost[i] for i in ruined), ruined)
+            found = search.repair(trial, OVERSPEND * sum(model.cand_cost[i] for i in ruined), ruined, top)
             if found is not None and search.cost(found) < search.cost(best):
                 best, improved = found, True
                 break
             failed.add(ruined)
-        if not improved and search.top < search.moves_at_most:  # a local optimum: score more moves per step
-            search.top *= 4
+        if not improved and top < sum(map(len, options)):  # a local optimum: score more moves per step
+            top *= 4
             failed.clear()
             improved = True
     return best
 
 
 def _ruins(model: RematModel, chosen: Mapping[int, int]) -> Iterator[tuple[int, ...]]:
-    """The recomputes to drop: one, then two, then three at a time, most expensive first."""
+    """The recomputes to drop: one, then two at a time, most expensive first."""
     order = sorted(chosen, key=lambda c: (-model.cand_cost[c], c))
-    for size in range(1, 4):
+    for size in (1, 2):
         yield from sorted(itertools.combinations(order, size), key=lambda p: -sum(model.cand_cost[i] for i in p))
 
 
 class _Search:
-    """The scoring shared by one search's repairs: the model, options and freed intervals."""
+    """The scoring shared by one search's repairs: the model, options and freed intervals
+    (set once, never changed)."""
 
     def __init__(self, model: RematModel, options: list[list[CutOption]], dyn: int, deadline: float) -> None:
         self.model, self.options, self.dyn, self.deadline = model, options, dyn, deadline
         self.index = storage_index(model)
-        self.top = TOP_MOVES
-        self.moves_at_most = sum(map(len, options))
         #: per candidate and option: (last early use, first late use, bytes) of each output.
         self.freed = [
             [tuple((e, dict(o.cuts).get(model.storage_tensor[j], model.late_first[j]), model.size[j])
@@ -125,17 +126,18 @@ class _Search:
         ev = evaluate(with_cuts(self.model, self.options, chosen, self.index), chosen)
         return ev, sum(v - self.dyn for v in ev.profile if v > self.dyn)
 
-    def repair(self, chosen: Chosen, allowance: float, ruined: tuple[int, ...]) -> Chosen | None:
+    def repair(self, chosen: Chosen, allowance: float, ruined: tuple[int, ...], top: int) -> Chosen | None:
         """``chosen`` made to fit by moves costing less than ``allowance`` in all, none of
-        them adding back a ``ruined`` recompute, then pruned; or ``None``.  Each step takes
-        the cheapest move that fits, else the one that removes most excess per cost."""
+        them adding back a ``ruined`` recompute, then pruned; or ``None``.  Each step scores
+        the ``top`` most promising moves and takes the cheapest that fits, else the one that
+        removes most excess per cost."""
         ev, excess = self.score(chosen)
         spent = 0.0
         while excess > 0:
             if time.perf_counter() > self.deadline:
                 return None
             over = self._over(ev)
-            moves = self._moves(chosen, over, allowance - spent, ruined)
+            moves = self._moves(chosen, over, allowance - spent, ruined)[:top]
             best: tuple[float, Chosen, Evaluation, int, float] | None = None
             for i, k in moves:
                 trial = {**chosen, i: k}
@@ -176,7 +178,7 @@ class _Search:
 
     def _moves(self, chosen: Chosen, over: dict[float, int], allowance: float,
                ruined: tuple[int, ...]) -> list[tuple[int, int]]:
-        """The ``top`` most promising (candidate, option) moves: re-cuts of chosen
+        """(Candidate, option) moves, most promising first: re-cuts of chosen
         candidates and additions cheaper than ``allowance`` (not of ``ruined``), by the
         over-budget bytes their freed intervals cover per cost."""
         ranked: list[tuple[float, int, int]] = []
@@ -192,7 +194,7 @@ class _Search:
                 if gain > 0:
                     ranked.append((gain / (paid + 1e-9), i, k))
         ranked.sort(key=lambda r: -r[0])
-        return [(i, k) for _, i, k in ranked[:self.top]]
+        return [(i, k) for _, i, k in ranked]
 
 
 def search_cuts(model: RematModel, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
