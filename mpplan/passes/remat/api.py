@@ -131,9 +131,9 @@ def remat(
     more than once on graphs without a backward pass: one round at the rule's cuts gets a
     third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
     second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
-    when that covers the fits it makes, timed as the first; with ``auto``, in the second
-    third, and a local search on cuts, ``cutsearch``, in the last), or step in when one
-    round at the rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
+    when that covers the fits it makes, timed as the first; with ``auto``, a local search
+    on cuts, ``cutsearch``, then uses the time left), or step in when one round at the
+    rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
     when no choice of recomputes fits the budget.
     """
@@ -180,9 +180,9 @@ def remat(
             raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
         result, label = least, solver
     took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
-    search = several and solver == "auto"  # the second half searches around the best answer (cutsearch)
+    search = several and solver == "auto"  # then, in the time left, a local search on cuts (cutsearch)
     for kind in ("cuts", "rounds", "search")[:3 if search else 2] if several else ():  # cheaper answers in time left
-        left = time_limit_s * (1 if kind == "search" or not search else 1 / 2) - (time.perf_counter() - clock)
+        left = time_limit_s - (time.perf_counter() - clock)
         if left < took * {"cuts": 1, "rounds": 2, "search": 0}[kind] or not result.added_cost:  # rounds fit twice
             continue
         beat = result.added_cost
