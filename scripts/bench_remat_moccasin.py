@@ -3,7 +3,8 @@
 Budget = 0.9 and 0.8 of ``static + LOAD`` of the graph's given order; overhead = recomputed
 op cost / the graph's total op cost (Moccasin, ICML 2023: 0.9, 4.9% on RL250; 0.7, 3.4% on
 RL1000).  Prints one line per graph and budget: overhead, peak / no-remat peak, what decided
-(``+cuts``: late regions start at cut points the solver chose, ``+rounds``: a second round),
+(``+cuts``: late regions start at cut points the solver chose, ``+rounds``: a second round,
+``+search``: the local search on cut points, ``mpplan.passes.remat.cutsearch``),
 seconds, recomputes, and how many records state a cut (``from_op``).
 
 ``--milp SECONDS`` then solves the cut-choosing MILP (``mpplan.passes.remat.cutexact``: one

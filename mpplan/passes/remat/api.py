@@ -13,6 +13,7 @@ from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
+from mpplan.passes.remat.cutsearch import search_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
@@ -67,8 +68,6 @@ class RematResult:
     def plan_records(self) -> tuple[dict[str, Any], ...]:
         """``records_of`` the rewritten graph, for ``Plan.remat``."""
         return records_of(self.graph, self.from_ops)
-
-
 
 
 class RematInfeasibleError(InfeasibleError):
@@ -132,11 +131,11 @@ def remat(
     more than once on graphs without a backward pass: one round at the rule's cuts gets a
     third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
     second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
-    when that covers the fits it makes, timed as the first), or step in when one round
-    at the rule's cuts cannot fit.  Raises ``ConfigError``
-    for a bad argument and ``InfeasibleError``
-    (``RematInfeasibleError``, with the best infeasible rewrite) when no choice of
-    recomputes fits the budget.
+    when that covers the fits it makes, timed as the first; with ``auto``, a local search
+    on cuts, ``cutsearch``, then uses the time left), or step in when one round at the
+    rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
+    ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
+    when no choice of recomputes fits the budget.
     """
     clock = time.perf_counter()
     if policy not in POLICIES:
@@ -181,13 +180,16 @@ def remat(
             raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
         result, label = least, solver
     took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
-    for kind in ("cuts", "rounds") if several else ():  # cheaper answers in the time left
+    search = several and solver == "auto"  # then, in the time left, a local search on cuts (cutsearch)
+    for kind in ("cuts", "rounds", "search")[:3 if search else 2] if several else ():  # cheaper answers in time left
         left = time_limit_s - (time.perf_counter() - clock)
-        if left < took * (1 if kind == "cuts" else 2) or not result.added_cost:  # rounds fit twice
-            break
+        if left < took * {"cuts": 1, "rounds": 2, "search": 0}[kind] or not result.added_cost:  # rounds fit twice
+            continue
         beat = result.added_cost
         found = (fit_cuts(model, limit, solver, left / 2, beat=beat) if kind == "cuts"
-                 else fit_rounds(model, limit, solver, left, beat=beat))
+                 else fit_rounds(model, limit, solver, left, beat=beat) if kind == "rounds"
+                 else search_cuts(model, [repeated_op(op) for op in result.recompute_ops], result.from_ops, limit,
+                                  clock + time_limit_s))
         if found is None:
             continue
         multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,
@@ -265,14 +267,8 @@ def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, cloc
     )
 
 
-def _result(
-    model: RematModel,
-    policy: str,
-    chosen: Iterable[int],
-    baseline: int,
-    clock: float,
-    **fields: Any,
-) -> RematResult:
+def _result(model: RematModel, policy: str, chosen: Iterable[int], baseline: int, clock: float,
+            **fields: Any) -> RematResult:
     """Rewrite for ``chosen`` and measure the new graph with ``sim``."""
     ev = evaluate(model, chosen)
     graph, added, added_cost = rewrite(model, ev)
