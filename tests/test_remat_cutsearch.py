@@ -112,7 +112,8 @@ def chained_dag() -> Graph:
     reads = [("x",), ("x",), ("x", "t0", "t1"), ("x", "u2", "t2"), ("x", "t1", "t2"), ("u2",), ("t3",), ("t5", "t6")]
     writes = [("t0",), ("t1",), ("t2", "u2"), ("t3",), ("t4",), ("t5",), ("t6",), ("out",)]
     tensors = (Tensor("x", 4, Kind.INPUT), *(Tensor(t, b) for t, b in sizes.items()), Tensor("out", 1, Kind.OUTPUT))
-    ops = tuple(Op(f"O{k}" if k < 7 else "OUT", "f", ins, outs, 1.0) for k, (ins, outs) in enumerate(zip(reads, writes)))
+    names = [f"O{k}" for k in range(7)] + ["OUT"]
+    ops = tuple(Op(name, "f", ins, outs, 1.0) for name, ins, outs in zip(names, reads, writes))
     return Graph("dag", tensors, ops, ("out",)).validate()
 
 
