@@ -1,6 +1,7 @@
 """Golden check for speed work: ``mpplan plan`` of this tree against another (main's), byte for byte.
 
-Rerun: ``python scripts/golden_cli.py /work/main [--big]`` from the tree under test.  Each case runs
+Rerun: ``python scripts/golden_cli.py OTHER_TREE [--big]`` from the tree under test, where ``OTHER_TREE``
+is a checkout of the commit to compare against (a ``git worktree`` of main, say).  Each case runs
 ``python -m mpplan.cli plan <config> --out <folder>`` once in each tree (``python -m`` from the tree's
 root, so its own ``mpplan`` is imported) and compares the exit code, stdout, stderr and every file
 written (plan.json, report.md, timeline.json, baselines.json), ignoring only ``planner.seconds``
