@@ -30,7 +30,9 @@ Variables:
   from its producer through ``1 - sum_{o: early_last_{j,o} < p} y_{i,o}`` while
   ``p <= last_j``, and after that while ``i`` is kept and a reading recompute is to
   come; its recompute from ``i``'s step through its last use and any later reading
-  recompute.  Auxiliaries take the "or" of those lower bounds.
+  recompute (an output nobody reads late, its op's other output, lives for ``i``'s
+  step alone, as ``apply_recompute`` re-makes it).  Auxiliaries take the "or" of those
+  lower bounds.
 * Rows: ``sum size_j live_j <= budget`` at every op and, relaxed by ``M (1 - x)`` when the
   recompute ``q`` does not run before ``p`` (``x = Z_{q,p} - Z_{q,p-1}``), at every
   ``(p, q)`` with ``p`` in ``A_q``: every step of the rewritten order fits.
@@ -170,7 +172,10 @@ class CutProgram(SparseMilp):
         keys += [(a, q) for q, anchors in enumerate(self.anchors) for a in anchors]
         spans = []
         for j in range(len(model.size)):
-            end = max([model.last[j], *(self.anchors[h][-1] for h in model.readers[j] if self.anchors[h])])
+            # A recompute re-makes every output of its op, one nobody reads late too: that
+            # one lives for the recompute's own step, so the span covers its producer's keys.
+            makers = (*model.readers[j], *((model.producer[j],) if model.producer[j] >= 0 else ()))
+            end = max([model.last[j], *(self.anchors[h][-1] for h in makers if self.anchors[h])])
             spans.append((model.start[j], end))
         for p, q in keys:
             terms: Expr = {}
