@@ -19,6 +19,8 @@ from mpplan.passes.remat.api import result_of
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts, warm_point
 from mpplan.passes.remat.cutmilp import CutProgram, cut_options
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
+from mpplan.passes.remat.cutsearch import with_cuts
+from mpplan.passes.remat.evaluation import evaluate
 from mpplan.verify import verify
 
 
@@ -87,25 +89,54 @@ def test_the_milp_equals_brute_force_on_random_dags_with_chains(graph: Graph, fr
     assert milp_cost(graph, budget) == least_cut_cost(graph, budget)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(gapped_graphs(), st.floats(0.4, 0.95))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(gapped_graphs(), small_dags()), st.floats(0.4, 0.95))
 def test_the_cut_heuristic_is_never_cheaper_than_the_milp(graph: Graph, fraction: float) -> None:
-    """And the heuristic's answers, started from, are feasible points of the MILP."""
+    """And the heuristic's answers fit (the rewritten graph's peak, dead sibling outputs
+    included) and, started from, are feasible points of the MILP."""
     budget = int(fraction * peak(graph))
     exact = milp_cost(graph, budget)
     model = build_model(graph)
     for found in (fit_cuts(model, budget, "exact", 10.0, beat=float("inf")), fit_least_cuts(model, budget)):
         if found is None:
             continue
+        assert peak(apply_recompute(graph, found.names, found.from_ops)) <= budget
         assert exact is not None and found.cost >= exact - 1e-9
         chosen = option_of(model, found.names, found.from_ops)
         assert chosen is not None
         program = CutProgram(model, cut_options(model) or [], budget - model.static_bytes)
-        x = warm_point(program, chosen)
-        for k, (lo, hi) in enumerate(zip(program.row_lo, program.row_hi)):
-            span = range(program.starts[k], program.starts[k + 1])
-            value = sum(program.values_nz[e] * x[program.index_nz[e]] for e in span)
-            assert lo - 1e-6 <= value <= hi + 1e-6, k
+        assert violated_rows(program, warm_point(program, chosen)) == []
+
+
+def violated_rows(program: CutProgram, x: list[float]) -> list[int]:
+    """The rows of ``program`` that the column values ``x`` break."""
+    broken = []
+    for k, (lo, hi) in enumerate(zip(program.row_lo, program.row_hi)):
+        span = range(program.starts[k], program.starts[k + 1])
+        value = sum(program.values_nz[e] * x[program.index_nz[e]] for e in span)
+        if not lo - 1e-6 <= value <= hi + 1e-6:
+            broken.append(k)
+    return broken
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags(), st.data())
+def test_the_milp_rows_hold_at_a_choice_exactly_when_its_rewrite_fits(graph: Graph, data: st.DataObject) -> None:
+    """At every choice of recomputes and cuts, the MILP's rows (its anchors and the least
+    auxiliaries: ``warm_point``) hold for the rewritten graph's real peak and break one
+    byte under it: the model counts every step ``sim`` counts, dead sibling outputs too."""
+    model = build_model(graph)
+    options = cut_options(model)
+    assume(options is not None)
+    assert options is not None
+    drawn = {i: data.draw(st.integers(0, len(opts) - 1)) for i, opts in enumerate(options) if data.draw(st.booleans())}
+    effective = evaluate(with_cuts(model, options, drawn), drawn).chosen
+    chosen = {i: drawn[i] for i in effective}
+    real = peak(apply_recompute(graph, *choice_names(model, chosen)))
+    fits = CutProgram(model, options, real - model.static_bytes)
+    assert violated_rows(fits, warm_point(fits, chosen)) == []
+    tight = CutProgram(model, options, real - 1 - model.static_bytes)
+    assert violated_rows(tight, warm_point(tight, chosen)) != []
 
 
 def test_the_heuristic_equals_the_milp_on_uneven() -> None:
@@ -141,3 +172,30 @@ def test_a_recompute_that_rewrites_a_dead_sibling_output() -> None:
     assert peak(apply_recompute(graph, ["O1", "O3"], {"t1": "O4", "u3": "OUT"})) == 8 > budget
     assert milp_cost(graph, budget) is None and least_cut_cost(graph, budget) is None
     assert milp_cost(graph, 8) == least_cut_cost(graph, 8)
+
+
+def dead_siblings_dag() -> Graph:
+    """Found by a random search for a cut heuristic's answer that recomputes an op with an
+    output nobody reads (``O2`` writing ``u2``; ``O6`` writing ``u6``) and fits its budget
+    of 30 bytes exactly."""
+    sizes = {"t0": 6, "t1": 3, "t2": 5, "u2": 7, "t3": 8, "t4": 2, "t5": 7, "t6": 7, "u6": 4, "t7": 6}
+    reads = [("x",), ("t0", "x"), ("t1",), ("t1",), ("x", "t1"), ("t3", "t4", "x"), ("t4", "t5", "x"),
+             ("t3", "t4", "t2"), ("t6", "t7")]
+    writes = [("t0",), ("t1",), ("t2", "u2"), ("t3",), ("t4",), ("t5",), ("t6", "u6"), ("t7",), ("out",)]
+    tensors = (Tensor("x", 4, Kind.INPUT), *(Tensor(t, b) for t, b in sizes.items()), Tensor("out", 1, Kind.OUTPUT))
+    names = [f"O{k}" for k in range(8)] + ["OUT"]
+    ops = tuple(Op(name, "f", ins, outs, 1.0) for name, ins, outs in zip(names, reads, writes))
+    return Graph("dag", tensors, ops, ("out",)).validate()
+
+
+def test_the_cut_heuristic_counts_a_dead_sibling_output() -> None:
+    """``fit_cuts`` recomputes ``O2`` (re-making ``u2``) and fits 30 bytes exactly, at the
+    least cost of the brute force and of the MILP; its plan passes the verifier."""
+    graph = dead_siblings_dag()
+    found = fit_cuts(build_model(graph), 30, "exact", 10.0, beat=float("inf"))
+    assert found is not None and "O2" in found.names
+    rewritten = apply_recompute(graph, found.names, found.from_ops)
+    assert "u2@recompute" in {t.name for t in rewritten.tensors} and peak(rewritten) == 30
+    assert found.cost == least_cut_cost(graph, 30) == milp_cost(graph, 30)
+    verify(graph, planned_with(graph, result_of(graph, found.names, "budget", peak(graph), 0.0,
+                                                from_ops=found.from_ops)))
