@@ -12,7 +12,7 @@ import time
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_remat_cutmilp import small_dags
+from test_remat_cutmilp import dead_sibling_dag, small_dags
 from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, uneven
 
 from mpplan import sim
@@ -103,6 +103,42 @@ def test_the_search_drops_what_a_wasteful_start_does_not_need() -> None:
     found = search_cuts(model, names, from_ops, 310, time.perf_counter() + 10.0)
     assert found is not None and (found.names, found.from_ops, found.cost) == (("A",), {"a": "D"}, 1.0)
     assert search_cuts(model, ("A",), {"a": "D"}, 310, time.perf_counter() + 10.0) is None
+
+
+def test_the_search_counts_the_dead_sibling_a_recompute_re_makes() -> None:
+    """From ``O1`` and ``O3`` recomputed (peak 8), dropping ``O1`` first would leave ``O3``'s
+    recompute re-making ``t3``, which nobody reads, beside ``t4``: 9 bytes, over the budget.
+    The search drops ``O3`` instead and fits 8 at the brute force's least cost."""
+    graph = dead_sibling_dag()
+    assert peak(apply_recompute(graph, ["O3"], {"u3": "OUT"})) == 9
+    assert searched(graph, {0: 0, 1: 0}, 8) == (("O1",), {"t1": "O4"}, 1.0)
+    assert least_cut_cost(graph, 8) == 1.0
+
+
+def orphaned_chain_dag() -> Graph:
+    """Found by a random search: from ``O0`` to ``O3`` recomputed, pruning (most expensive
+    first) keeps ``O0`` and then drops the rest, after which no late use needs ``O0``."""
+    sizes = {"t0": 8, "t1": 7, "t2": 2, "t3": 1, "u3": 1, "t4": 7, "u4": 1, "t5": 3, "t6": 5}
+    reads = [("x",), ("x", "t0"), ("t1", "x", "t0"), ("t2", "t1"), ("t3", "t2", "t1"), ("u3", "t3", "t2"),
+             ("t5", "u3", "t1"), ("t5", "t6")]
+    writes = [("t0",), ("t1",), ("t2",), ("t3", "u3"), ("t4", "u4"), ("t5",), ("t6",), ("out",)]
+    costs = [3.0, 3.0, 1.0, 2.0, 3.0, 3.0, 2.0, 1.0]
+    tensors = (Tensor("x", 4, Kind.INPUT), *(Tensor(t, b) for t, b in sizes.items()), Tensor("out", 1, Kind.OUTPUT))
+    names = [f"O{k}" for k in range(7)] + ["OUT"]
+    ops = tuple(Op(name, "f", ins, outs, cost) for name, ins, outs, cost in zip(names, reads, writes, costs))
+    return Graph("dag", tensors, ops, ("out",)).validate()
+
+
+def test_the_answer_names_only_recomputes_it_makes_even_without_time_to_search() -> None:
+    """Past its deadline the search returns its pruned start: the choice its scoring makes,
+    without ``O0``, which the pruning left no late use for (it once came back, costing 3)."""
+    graph = orphaned_chain_dag()
+    model = build_model(graph)
+    options = cut_options(model) or []
+    start = {0: 0, 1: 0, 2: 0, 3: 0}
+    assert model.candidate_names()[:4] == ("O0", "O1", "O2", "O3")
+    assert evaluate(with_cuts(model, options, start), start).peak == 24 > peak(graph)
+    assert improve_cuts(model, options, start, 24, 0.0) == {}
 
 
 def chained_dag() -> Graph:

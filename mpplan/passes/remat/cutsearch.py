@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from mpplan.passes.remat.cutexact import choice_names, option_of
 from mpplan.passes.remat.cutmilp import CutOption, cut_options
@@ -85,8 +85,8 @@ def improve_cuts(model: RematModel, options: list[list[CutOption]], start: Mappi
             if ruined in failed:
                 continue
             trial = {c: k for c, k in best.items() if c not in ruined}
-            found = search.repair(trial, OVERSPEND * sum(model.cand_cost[i] for i in ruined), ruined, top)
-            if found is not None and search.cost(found) < search.cost(best):
+            found = search.repair(trial, OVERSPEND * _cost(model, ruined), ruined, top)
+            if found is not None and _cost(model, found) < _cost(model, best):
                 best, improved = found, True
                 break
             failed.add(ruined)
@@ -101,7 +101,13 @@ def _ruins(model: RematModel, chosen: Mapping[int, int]) -> Iterator[tuple[int, 
     """The recomputes to drop: one, then two at a time, most expensive first."""
     order = sorted(chosen, key=lambda c: (-model.cand_cost[c], c))
     for size in (1, 2):
-        yield from sorted(itertools.combinations(order, size), key=lambda p: -sum(model.cand_cost[i] for i in p))
+        yield from sorted(itertools.combinations(order, size), key=lambda p: -_cost(model, p))
+
+
+def _cost(model: RematModel, candidates: Iterable[int]) -> float:
+    """The added cost of recomputing ``candidates`` (a choice's keys): the one sum every
+    comparison of choices uses."""
+    return sum(model.cand_cost[i] for i in candidates)
 
 
 class _Search:
@@ -117,9 +123,6 @@ class _Search:
                    for j, e in o.early_last) for o in opts]
             for opts in options
         ]
-
-    def cost(self, chosen: Mapping[int, int]) -> float:
-        return sum(self.model.cand_cost[i] for i in chosen)
 
     def score(self, chosen: Chosen) -> tuple[Evaluation, int]:
         """The evaluation of ``chosen`` and its excess: bytes over the budget summed over steps."""
@@ -155,12 +158,14 @@ class _Search:
         return self.prune({i: chosen[i] for i in ev.chosen})
 
     def prune(self, chosen: Chosen) -> Chosen:
-        """``chosen`` (which fits) less every recompute it fits without, most expensive first."""
+        """``chosen`` (which fits) less every recompute it fits without, most expensive first,
+        and less any that the drops left no late use for: the choice its scoring makes, so
+        the cost compared is the cost paid."""
         for i in sorted(chosen, key=lambda c: (-self.model.cand_cost[c], c)):
             trial = {c: k for c, k in chosen.items() if c != i}
             if self.score(trial)[1] == 0:
                 chosen = trial
-        return chosen
+        return {i: chosen[i] for i in self.score(chosen)[0].chosen}
 
     def _over(self, ev: Evaluation) -> dict[float, int]:
         """Position -> bytes over the budget: op ``p`` at ``p``, a recompute run before op
@@ -207,8 +212,8 @@ def search_cuts(model: RematModel, names: Sequence[str], from_ops: Mapping[str, 
     if options is None or start is None:
         return None
     found = improve_cuts(model, options, start, limit, deadline)
-    cost = sum(model.cand_cost[i] for i in found)
-    if cost >= sum(model.cand_cost[i] for i in start):
+    cost = _cost(model, found)
+    if cost >= _cost(model, start):
         return None
     found_names, found_from = choice_names(model, found)
     return CutFit(found_names, found_from, cost)
