@@ -155,9 +155,7 @@ def _fail(message: str) -> None:
 def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     """Root of every alias chain, memoised so that long chains cost linear time."""
     roots = {name: name for name, t in tensors.items() if t.alias_of is None}  # most tensors: their own root
-    for name in tensors:
-        if name in roots:
-            continue
+    for name in filterfalse(roots.__contains__, tensors):  # lazily: a chain below resolves later names too
         chain, cur = [], name
         while cur not in roots and tensors[cur].alias_of is not None:
             if cur in chain:

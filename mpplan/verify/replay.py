@@ -61,7 +61,7 @@ def replay(
     names per reference; names come back only for messages.
     """
     names, index, io = _numbering(graph, copies)
-    root_of = [index[root[name]] for name in names]
+    root_of = list(map(index.__getitem__, map(root.__getitem__, names)))
     alias_of = [index[t.alias_of] if t.alias_of in index else -1 for t in graph.tensors]
     written = bytearray(len(names))  # storages updated in place somewhere
     exists = bytearray(b"\x01") * len(names)
