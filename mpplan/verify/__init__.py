@@ -29,11 +29,12 @@ from operator import attrgetter
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
-from mpplan.plan import Copy, Plan
+from mpplan.plan import Copy, DevicePlan, Plan
+from mpplan.verify.arrays import memory_holds
 from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks, check_scratch
 from mpplan.verify.parallel import check_parallel_safe
 from mpplan.verify.recompute import with_recomputes
-from mpplan.verify.replay import replay
+from mpplan.verify.replay import Replay, replay
 from mpplan.verify.truth import TRUSTED_FIELDS, Truth, check_agrees, truth_from_config, truth_from_plan
 
 __all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "truth_from_plan", "verify"]
@@ -74,36 +75,32 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     device_of = _check_placement(graph, plan, copies)
     check_scratch(plan, device_of)
     run = replay(graph, plan, root, copies, device_of, dependencies=truth.parallel_safe)
-    first, last, home = run.first, dict(run.last), run.home
+    names, index = run.names, run.index
     grads_dynamic = truth.grads == "dynamic"
     kinds = _by_kind(graph)
-    static = {s for s in _static_storages(kinds, tensors, grads_dynamic) if s in home}
-    named = sorted(home)  # every check below goes in name order, so the first violation is reported
-    dynamic = dict.fromkeys(filterfalse(static.__contains__, named))  # a set, in name order
+    last = list(run.last)
     end = len(plan.schedule) - 1
     held_to_end = set(graph.outputs) | {t.name for t in kinds[Kind.OUTPUT]}
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
         params = {t.name for t in kinds[Kind.PARAM]}  # copies are activations: none is a param
         held_to_end |= {t.name for t in kinds[Kind.GRAD] if t.grad_of in params}
     for name in held_to_end:
-        if root[name] in last:
-            last[root[name]] = end
-    size = dict(zip(home, map(_NBYTES, map(tensors.__getitem__, home))))
-    check_buffers(plan, size, dynamic, home, truth.alignment)
-    by_device: dict[str, tuple[list[str], list[str]]] = {d.name: ([], []) for d in plan.devices}
-    if len(by_device) == 1:  # every storage is on the one device (replay checked each home): no loop
-        by_device[plan.devices[0].name] = (sorted(static), list(dynamic))
-    else:
-        for s in named:
-            by_device[home[s]][s in dynamic].append(s)
-    for device in plan.devices:
-        mine_static, mine = by_device[device.name]
-        check_no_overlap(plan.buffers, device.name, mine, first, last)
-        check_peaks(plan, device, size, mine_static, mine, first, last)
-        if check_capacity and device.peak_bytes > device.capacity_bytes:
-            _fail(f"device {device.name}: peak {device.peak_bytes} exceeds capacity {device.capacity_bytes}")
+        s = index[root[name]]
+        if last[s] >= 0:
+            last[s] = end
+    static = [index[s] for s in _static_storages(kinds, tensors, grads_dynamic)]
+    size = list(map(_NBYTES, map(tensors.__getitem__, names)))
+    position = {d.name: i for i, d in enumerate(plan.devices)}
+    home = [-1 if h is None else position[h] for h in run.home]
+    if plan.blocks or not memory_holds(plan, run.first, last, home, size, static, truth.alignment, index):
+        _check_memory_by_name(plan, run, last, size, static, check_capacity=check_capacity, alignment=truth.alignment)
+    elif check_capacity:
+        for device in plan.devices:
+            _check_capacity(device)
     if truth.parallel_safe:
-        check_parallel_safe(plan.buffers, run, dynamic)
+        first = {names[s]: run.first[s] for s in run.order}
+        dynamic = {names[s] for s in run.order} - {names[s] for s in static}
+        check_parallel_safe(plan.buffers, run, dynamic, first)
     claimed = max((d.peak_bytes for d in plan.devices), default=0)
     if plan.max_peak_bytes != claimed:
         _fail(f"predicted.max_peak_bytes is {plan.max_peak_bytes}, the devices' peaks give {claimed}")
@@ -119,6 +116,38 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     )
 
 
+def _check_memory_by_name(plan: Plan, run: Replay, last: list[int], size: list[int], static: list[int], *,
+                          check_capacity: bool, alignment: int) -> None:
+    """The memory checks by name, in name order (``memory``'s): they word the first violation.
+
+    ``last`` is ``run.last`` with the storages held to the end of the step extended; ``size``
+    and ``static`` are by storage number, as in ``arrays.memory_holds``.
+    """
+    names = run.names
+    first = {names[s]: run.first[s] for s in run.order}
+    home = {names[s]: run.home[s] for s in run.order}
+    size_of = {names[s]: size[s] for s in run.order}
+    last_of = {names[s]: last[s] for s in run.order}
+    static_names = {names[s] for s in static} & home.keys()
+    named = sorted(home)  # every check below goes in name order, so the first violation is reported
+    dynamic = dict.fromkeys(filterfalse(static_names.__contains__, named))  # a set, in name order
+    check_buffers(plan, size_of, dynamic, home, alignment)  # type: ignore[arg-type]  # each in ``order`` has a home
+    by_device: dict[str, tuple[list[str], list[str]]] = {d.name: ([], []) for d in plan.devices}
+    for s in named:
+        by_device[home[s]][s in dynamic].append(s)  # type: ignore[index]
+    for device in plan.devices:
+        mine_static, mine = by_device[device.name]
+        check_no_overlap(plan.buffers, device.name, mine, first, last_of)
+        check_peaks(plan, device, size_of, mine_static, mine, first, last_of)
+        if check_capacity:
+            _check_capacity(device)
+
+
+def _check_capacity(device: DevicePlan) -> None:
+    if device.peak_bytes > device.capacity_bytes:
+        _fail(f"device {device.name}: peak {device.peak_bytes} exceeds capacity {device.capacity_bytes}")
+
+
 def _fail(message: str) -> None:
     raise VerificationError(message)
 
@@ -126,9 +155,7 @@ def _fail(message: str) -> None:
 def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     """Root of every alias chain, memoised so that long chains cost linear time."""
     roots = {name: name for name, t in tensors.items() if t.alias_of is None}  # most tensors: their own root
-    for name in tensors:
-        if name in roots:
-            continue
+    for name in filterfalse(roots.__contains__, tensors):  # lazily: a chain below resolves later names too
         chain, cur = [], name
         while cur not in roots and tensors[cur].alias_of is not None:
             if cur in chain:

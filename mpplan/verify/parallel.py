@@ -9,15 +9,17 @@ copy is touched by the copy on its own device, not by the remote reader.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 
 from mpplan.errors import VerificationError
 from mpplan.plan import Buffer
 from mpplan.verify.replay import Replay
 
 
-def check_parallel_safe(buffers: dict[str, Buffer], run: Replay, dynamic: Container[str]) -> None:
-    """Fail naming two storages that share bytes of one arena without a DAG order between them."""
+def check_parallel_safe(buffers: dict[str, Buffer], run: Replay, dynamic: Container[str],
+                        first: Mapping[str, int]) -> None:
+    """Fail naming two storages that share bytes of one arena without a DAG order between them
+    (``first``: each dynamic storage's first step, by name)."""
     ancestors = [0] * len(run.preds)
     for step, preds in enumerate(run.preds):  # the schedule is a topological order of its DAG
         bits = 0
@@ -27,7 +29,7 @@ def check_parallel_safe(buffers: dict[str, Buffer], run: Replay, dynamic: Contai
     users = {s: sum(1 << u for u in set(steps)) for s, steps in run.users.items() if s in dynamic}
 
     def before(a: str, b: str) -> bool:
-        return users[a] & ~ancestors[run.first[b]] == 0
+        return users[a] & ~ancestors[first[b]] == 0
 
     ordered = sorted(users, key=lambda s: (buffers[s].device, buffers[s].offset, s))
     for i, a in enumerate(ordered):

@@ -23,16 +23,25 @@ from mpplan.plan import Copy, Plan
 
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """Per storage (root tensor or copy name): its first and last step, and its one device.
+    """Per storage (root tensor or copy), by its number: its first and last step, and its one device.
 
-    With ``dependencies``: ``users[s]`` are the steps that touch ``s`` on its device,
+    Storages are numbered as ``names`` lists them (the graph's tensors, then the copies;
+    ``index`` is the inverse); ``order`` holds the numbers of the storages the schedule
+    touches, in the order first touched.  ``first``, ``last`` and ``home`` hold -1, -1 and
+    None for the rest.  The checks after the replay run on these numbers; names come back
+    only to word an error.
+
+    With ``dependencies``: ``users[s]`` are the steps that touch ``s`` (by name) on its device,
     and ``preds[i]`` the steps that step ``i`` must wait for in the executed DAG (data,
     copies, and the in-place version order), for the parallel-safety check.
     """
 
-    first: dict[str, int]
-    last: dict[str, int]
-    home: dict[str, str]
+    names: list[str]
+    index: dict[str, int]
+    order: list[int]
+    first: list[int]
+    last: list[int]
+    home: list[str | None]
     users: dict[str, list[int]]
     preds: list[list[int]]
 
@@ -49,10 +58,10 @@ def replay(
     """Replay ``plan.schedule``; raise ``VerificationError`` on the first read of a missing or stale value.
 
     The sweep indexes lists by tensor and copy numbers (see ``_numbering``) rather than hashing
-    names per reference; names come back only for messages and the result.
+    names per reference; names come back only for messages.
     """
     names, index, io = _numbering(graph, copies)
-    root_of = [index[root[name]] for name in names]
+    root_of = list(map(index.__getitem__, map(root.__getitem__, names)))
     alias_of = [index[t.alias_of] if t.alias_of in index else -1 for t in graph.tensors]
     written = bytearray(len(names))  # storages updated in place somewhere
     exists = bytearray(b"\x01") * len(names)
@@ -175,13 +184,7 @@ def replay(
             deps.users(step, *touched)
             deps.preds.append(list(step_deps))
     empty: _Dependencies = deps or _Dependencies()
-    return Replay(
-        {names[s]: first[s] for s in order},
-        {names[s]: last[s] for s in order},
-        {names[s]: home[s] for s in order},  # type: ignore[misc]  # every storage in ``order`` has a home
-        empty.used,
-        empty.preds,
-    )
+    return Replay(names, index, order, first, last, home, empty.used, empty.preds)
 
 
 def _numbering(
