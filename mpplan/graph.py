@@ -120,6 +120,9 @@ class Topology:
         return tuple(t for t, s in enumerate(self.storage_of) if s == t)
 
 
+_NAME, _NBYTES, _KIND = attrgetter("name"), attrgetter("nbytes"), attrgetter("kind")
+_ALIAS_OF, _GRAD_OF = attrgetter("alias_of"), attrgetter("grad_of")
+_STR_ONLY = frozenset({str})
 _TENSOR_FIELDS = attrgetter("name", "nbytes", "kind", "shape", "dtype", "alias_of", "grad_of")
 _OP_FIELDS = attrgetter(
     "name", "type", "inputs", "outputs", "cost", "device", "backward_of", "module", "stage", "recompute_of"
@@ -174,17 +177,25 @@ class Graph:
 
 
 def _build_topology(graph: Graph) -> Topology:
-    tensor_index = _unique_index((t.name for t in graph.tensors), "tensor")
-    op_index = _unique_index((o.name for o in graph.ops), "op")
-    storage_of = _storage_roots(graph.tensors, tensor_index)
-    nbytes = tuple(t.nbytes for t in graph.tensors)
-    for t in graph.tensors:
-        if t.nbytes < 0:
-            raise GraphError(f"tensor {t.name!r}: negative size {t.nbytes} bytes")
-        if t.grad_of is not None and t.grad_of not in tensor_index:
-            raise GraphError(f"tensor {t.name!r}: grad_of names unknown tensor {t.grad_of!r}")
-    root_static = {s: _is_static(graph.tensors[s], graph, tensor_index) for s in set(storage_of)}
-    is_static = tuple(root_static[s] for s in storage_of)
+    tensors = graph.tensors
+    tensor_index = _unique_index(list(map(_NAME, tensors)), "tensor")
+    op_index = _unique_index(list(map(_NAME, graph.ops)), "op")
+    storage_of = _storage_roots(tensors, tensor_index)
+    nbytes = tuple(map(_NBYTES, tensors))
+    grads_of = set(map(_GRAD_OF, tensors))
+    grads_of.discard(None)
+    if (nbytes and min(nbytes) < 0) or not grads_of <= tensor_index.keys():  # the loop names the first culprit
+        for t in tensors:
+            if t.nbytes < 0:
+                raise GraphError(f"tensor {t.name!r}: negative size {t.nbytes} bytes")
+            if t.grad_of is not None and t.grad_of not in tensor_index:
+                raise GraphError(f"tensor {t.name!r}: grad_of names unknown tensor {t.grad_of!r}")
+    # Each tensor's own staticness (every grad_of is known by now), read at its storage's root.
+    kinds = list(map(_KIND, tensors))
+    static = [kind in SOURCE_KINDS or (kind is Kind.GRAD and t.grad_of is not None
+                                       and kinds[tensor_index[t.grad_of]] is Kind.PARAM)
+              for kind, t in zip(kinds, tensors)]
+    is_static = tuple(map(static.__getitem__, storage_of))
 
     lookup = tensor_index.__getitem__
 
@@ -252,12 +263,11 @@ def _all_distinct(rows: list[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
     return tuple([row if len(row) < 2 or len(set(row)) == len(row) else tuple(dict.fromkeys(row)) for row in rows])
 
 
-def _unique_index(names: Iterable[str], what: str) -> dict[str, int]:
-    names = list(names)
-    if all(type(name) is str and name for name in names):
-        index = {name: i for i, name in enumerate(names)}
-        if len(index) == len(names):
-            return index  # the common case at a dict comprehension's speed; the loop below names the culprit
+def _unique_index(names: list[str], what: str) -> dict[str, int]:
+    if _STR_ONLY.issuperset(map(type, names)):
+        index = dict(zip(names, range(len(names))))
+        if len(index) == len(names) and "" not in index:
+            return index  # the common case, every check in C; the loop below names the culprit
     index = {}
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
@@ -270,8 +280,10 @@ def _unique_index(names: Iterable[str], what: str) -> dict[str, int]:
 
 def _storage_roots(tensors: tuple[Tensor, ...], index: dict[str, int]) -> tuple[int, ...]:
     """Root of each alias chain; rejects unknown bases and alias cycles."""
-    roots = [-1] * len(tensors)
-    for start, tensor in enumerate(tensors):
+    roots = [i if base is None else -1 for i, base in enumerate(map(_ALIAS_OF, tensors))]
+    for start in range(len(tensors)):
+        if roots[start] >= 0:
+            continue  # not a view (or a view whose chain an earlier one resolved): its own root is known
         chain: list[int] = []
         i = start
         while roots[i] < 0:
@@ -279,22 +291,13 @@ def _storage_roots(tensors: tuple[Tensor, ...], index: dict[str, int]) -> tuple[
                 names = " -> ".join(tensors[j].name for j in chain[chain.index(i):] + [i])
                 raise GraphError(f"tensor {tensors[i].name!r}: alias cycle {names}")
             chain.append(i)
-            base = tensors[i].alias_of
-            if base is None:
-                roots[i] = i
-                break
+            base = tensors[i].alias_of  # a view's: every other tensor's root is already set
             if base not in index:
                 raise GraphError(f"tensor {tensors[i].name!r}: alias_of names unknown tensor {base!r}")
             i = index[base]
         for j in chain:
             roots[j] = roots[i]
     return tuple(roots)
-
-
-def _is_static(root: Tensor, graph: Graph, index: dict[str, int]) -> bool:
-    if root.kind in SOURCE_KINDS:
-        return True
-    return root.kind is Kind.GRAD and root.grad_of is not None and graph.tensors[index[root.grad_of]].kind is Kind.PARAM
 
 
 def _producers(

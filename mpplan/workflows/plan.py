@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpplan import sim
 from mpplan.config import Config, resolve_devices
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph
 from mpplan.outputs import output_folder
-from mpplan.passes.remat import RematInfeasibleError
 from mpplan.plan import Plan, save_plan, write_json_atomic
+
+if TYPE_CHECKING:  # the remat package loads numpy: imported when a plan is made, not when the CLI starts
+    from mpplan.passes.remat import RematInfeasibleError
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     ``ConfigError`` when the config names no device.
     """
     from mpplan.capture import graph_from_config, program_from_config
+    from mpplan.passes.remat import RematInfeasibleError
     from mpplan.planner import PlannerSettings, plan
     from mpplan.verify import verify
 
