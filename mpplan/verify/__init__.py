@@ -30,7 +30,6 @@ from operator import attrgetter
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
 from mpplan.plan import Copy, DevicePlan, Plan
-from mpplan.verify.arrays import memory_holds
 from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks, check_scratch
 from mpplan.verify.parallel import check_parallel_safe
 from mpplan.verify.recompute import with_recomputes
@@ -92,6 +91,8 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     size = list(map(_NBYTES, map(tensors.__getitem__, names)))
     position = {d.name: i for i, d in enumerate(plan.devices)}
     home = [-1 if h is None else position[h] for h in run.home]
+    from mpplan.verify.arrays import memory_holds  # numpy, loaded when a plan is verified, not when the CLI starts
+
     if plan.blocks or not memory_holds(plan, run.first, last, home, size, static, truth.alignment, index):
         _check_memory_by_name(plan, run, last, size, static, check_capacity=check_capacity, alignment=truth.alignment)
     elif check_capacity:
