@@ -338,3 +338,22 @@ def test_a_cut_point_at_the_first_backward_reader_is_honoured_any_other_refused(
         RecomputePolicy.from_records(program, [record, {**record, "from_op": "mm"}])
     with pytest.raises(PlanError, match=rf"from_op {later!r}; .*\({readers[0]!r}\)"):
         RecomputePolicy.from_records(program, [{**record, "from_op": later}])
+
+
+def test_moving_the_users_inputs_is_not_a_call_of_the_graph(gpt, monkeypatch) -> None:
+    """The root module's input move is the plan's copy, not a forward call: on a GPU the alignment forward
+    saw CPU inputs moved (``_to_copy``) and the loop CUDA inputs not moved, and every recompute was off by one.
+    Here every move makes a real ATen call (a clone), so counting it would shift the aligned calls."""
+    import importlib
+
+    apply_module = importlib.import_module("mpplan.runtime.apply")
+    model, inputs, program = gpt
+    planned = _plan(program, 0.65)
+    wrapped = apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices="virtual")
+    assert wrapped.module_devices.get("") is not None and wrapped.hooks is not None
+    aligned = wrapped.hooks.policy.forward_ops
+    monkeypatch.setattr(apply_module, "_to_device", lambda values, device: torch.utils._pytree.tree_map(
+        lambda v: v.clone() if isinstance(v, torch.Tensor) else v, values))
+    assert module_calls(wrapped, inputs) == aligned
+    _loop(wrapped, inputs, steps=2)
+    assert wrapped.hooks.mismatch is None
