@@ -34,8 +34,10 @@ from mpplan.runtime.executor import Executor, StepValues
 from mpplan.runtime.measure import DeviceMeasurement, Measurement, Numerics, error_pct
 from mpplan.runtime.numerics import compare, first_bad_op
 from mpplan.runtime.schedule import Schedule, compile_schedule
+from mpplan.runtime.scratch import held_by_run
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import StorageMeter
+from mpplan.runtime.workspace import WorkspaceProbe
 
 __all__ = ["evaluate", "evaluate_program"]
 
@@ -173,6 +175,8 @@ def _run_planned(
     bases = devices_mod.allocator_base(device_map)
     meter = StorageMeter()
     executor = Executor(schedule, model, example_inputs, device_map, arena=arena, meter=meter)
+    # Kernels' workspaces are measured in the warm-up (probing resets the allocator's peaks), in arena mode.
+    probe = WorkspaceProbe() if arena and warmup and device_map.cuda_devices else None
     times: list[float] = []
     snapshot: Snapshot | None = None
     copied = transient = 0
@@ -181,6 +185,7 @@ def _run_planned(
             for device in device_map.cuda_devices:
                 devices_mod.reset_peak(device)
             meter.reset_peaks()
+        executor.probe = probe if i < warmup else None
         torch.manual_seed(seed)
         devices_mod.synchronize(device_map)
         start = time.perf_counter()
@@ -197,14 +202,17 @@ def _run_planned(
     copied_in = {d.name: 0 for d in plan.devices}
     for c in schedule.placed.copies:
         copied_in[c.dst] += c.bytes
+    # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run holds
+    # outside the arena beyond that (a plan made without it) and its kernels' workspaces are placed at their
+    # ops' steps.  Without an arena every result is its own allocation: static + LOAD.
+    workspaces = probe.found if probe is not None else {}
+    held = {d.name: d for d in held_by_run(plan, executor.op_scratch, workspaces).devices} if arena else {}
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
         scratch = executor.scratch_bytes.get(d.name, 0)
-        # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run
-        # holds outside the arena beyond that (a plan made without it) is added.  Without an arena every
-        # result is its own allocation: static + LOAD.
-        predicted = d.peak_bytes + max(0, scratch - d.scratch_bytes) if arena else d.lower_bound_bytes
+        predicted = held[d.name].peak_bytes if arena else d.lower_bound_bytes
+        on_device = [op for op in workspaces if plan.placement.get(op, d.name) == d.name]
         tracked = meter.peaks.get(d.name, 0)
         counted = meter.total_peaks.get(d.name, 0)
         window = windows.get(str(torch_device))
@@ -222,6 +230,7 @@ def _run_planned(
                 transient_peak_bytes=meter.transient_peaks.get(d.name, 0),
                 counted_peak_bytes=counted,
                 scratch_bytes=scratch if arena else 0,
+                workspace_bytes=max((workspaces[op] for op in on_device), default=0),
                 plan_peak_bytes=d.peak_bytes,
                 plan_lower_bound_bytes=d.lower_bound_bytes,
                 static_bytes=d.static_bytes,
