@@ -206,12 +206,12 @@ def _run_planned(
     # outside the arena beyond that (a plan made without it) and its kernels' workspaces are placed at their
     # ops' steps.  Without an arena every result is its own allocation: static + LOAD.
     workspaces = probe.found if probe is not None else {}
-    held = {d.name: d for d in held_by_run(plan, executor.op_scratch, workspaces).devices} if arena else {}
+    storages = _peaks(held_by_run(plan, executor.op_scratch, {})) if arena else {}
+    allocator = _peaks(held_by_run(plan, executor.op_scratch, workspaces)) if arena and workspaces else storages
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
         scratch = executor.scratch_bytes.get(d.name, 0)
-        predicted = held[d.name].peak_bytes if arena else d.lower_bound_bytes
         on_device = [op for op in workspaces if plan.placement.get(op, d.name) == d.name]
         tracked = meter.peaks.get(d.name, 0)
         counted = meter.total_peaks.get(d.name, 0)
@@ -219,11 +219,15 @@ def _run_planned(
         shared = device_map.sharing(d.name)
         own_gpu = window is not None and len(shared) == 1
         measured = window.measured if own_gpu and window is not None else counted
+        # What the meter counts leaves the workspaces out; the allocator (a GPU to itself) counts them too.
+        predicted_storage = storages[d.name] if arena else d.lower_bound_bytes
+        predicted = (allocator[d.name] if own_gpu else predicted_storage) if arena else d.lower_bound_bytes
         results.append(
             DeviceMeasurement(
                 name=d.name,
                 torch_device=str(torch_device),
                 predicted_peak_bytes=predicted,
+                predicted_storage_bytes=predicted_storage,
                 measured_peak_bytes=measured,
                 error_pct=error_pct(predicted, measured),
                 tracked_peak_bytes=tracked,
@@ -248,6 +252,10 @@ def _run_planned(
     del executor
     _release(device_map)
     return _PlannedRun(tuple(results), tuple(times), snapshot, copied, transient)
+
+
+def _peaks(plan: Plan) -> dict[str, int]:
+    return {d.name: d.peak_bytes for d in plan.devices}
 
 
 def _snapshot(values: StepValues, executor: Executor) -> Snapshot:
