@@ -148,8 +148,15 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
         "(`blocks`, each allocated at its first buffer's step and freed after its last's; a result an op with no "
         "`out=` overload computes, as attention, layer and batch norm and convolution do, kept as a block of its "
         "own) and the running op's `scratch` (a result still copied in) hold at one step; without the arena it is "
-        "static + LOAD.  Measured on a virtual device "
-        "counts every storage alive at once, transients included, as the CUDA allocator does.",
+        "static + LOAD.  "
+        + ("Measured is the CUDA allocator's `max_memory_allocated` over the timed steps, above what the GPU held "
+           "before (cuBLAS's workspaces included there).  In arena mode the prediction also holds, at each op's "
+           "step, the workspace its kernels took in the warm-up step (cuDNN's convolutions, the efficient-attention "
+           "backward, multi-block reductions: memory no traced value shows; `runtime/workspace.py`); without the "
+           "arena it does not, which is most of those rows' error."
+           if device.type == "cuda" else
+           "Measured on a virtual device counts every storage alive at once, transients included, as the CUDA "
+           "allocator does."),
         table(HEADERS, [r.cells for r in rows]),
         f"Arena mode: measured within {max(arena_errors):.2f}% of predicted on every row "
         f"(median {statistics.median(arena_errors):.2f}%).  The measured plan needs no more than eager on "

@@ -24,6 +24,7 @@ from mpplan.errors import InfeasibleError
 from mpplan.runtime.apply_budget import max_batch, plan_for_apply
 from mpplan.runtime.apply_memory import predict_apply
 from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, module_calls
+from mpplan.runtime.devices import warm_up
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import MeteringMode, StorageMeter
 from mpplan.verify import verify
@@ -166,7 +167,7 @@ def test_apply_on_cuda_holds_the_predicted_peak() -> None:
     inputs = zoo.example_inputs("gpt", **INPUTS)
     program = capture_for(model, inputs, device, mode="train", optimizer="adam", loss_fn=None)
     planned = _plan(program, 0.7)
-    torch.cuda.synchronize()
+    warm_up(device)  # cuBLAS's workspaces (32 MiB each on an H100) are the process's, not the model's
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated(device)
     wrapped = apply(model, planned, inputs, optimizer="adam", devices={"cuda:0": "cuda:0"})
@@ -338,3 +339,22 @@ def test_a_cut_point_at_the_first_backward_reader_is_honoured_any_other_refused(
         RecomputePolicy.from_records(program, [record, {**record, "from_op": "mm"}])
     with pytest.raises(PlanError, match=rf"from_op {later!r}; .*\({readers[0]!r}\)"):
         RecomputePolicy.from_records(program, [{**record, "from_op": later}])
+
+
+def test_moving_the_users_inputs_is_not_a_call_of_the_graph(gpt, monkeypatch) -> None:
+    """The root module's input move is the plan's copy, not a forward call: on a GPU the alignment forward
+    saw CPU inputs moved (``_to_copy``) and the loop CUDA inputs not moved, and every recompute was off by one.
+    Here every move makes a real ATen call (a clone), so counting it would shift the aligned calls."""
+    import importlib
+
+    apply_module = importlib.import_module("mpplan.runtime.apply")
+    model, inputs, program = gpt
+    planned = _plan(program, 0.65)
+    wrapped = apply(copy.deepcopy(model), planned, inputs, optimizer="adam", devices="virtual")
+    assert wrapped.module_devices.get("") is not None and wrapped.hooks is not None
+    aligned = wrapped.hooks.policy.forward_ops
+    monkeypatch.setattr(apply_module, "_to_device", lambda values, device: torch.utils._pytree.tree_map(
+        lambda v: v.clone() if isinstance(v, torch.Tensor) else v, values))
+    assert module_calls(wrapped, inputs) == aligned
+    _loop(wrapped, inputs, steps=2)
+    assert wrapped.hooks.mismatch is None

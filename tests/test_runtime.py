@@ -102,6 +102,7 @@ def test_virtual_peaks_are_exact_and_numerics_match_eager(cases, name: str, mode
         dp = planned.device(d.name)
         assert d.predicted_peak_bytes == (dp.peak_bytes + d.scratch_bytes if arena else dp.lower_bound_bytes)
         assert d.measured_peak_bytes == d.predicted_peak_bytes == d.counted_peak_bytes, (d.name, d)
+        assert d.predicted_storage_bytes == d.predicted_peak_bytes and d.workspace_bytes == 0  # no probe on a CPU
         assert d.tracked_peak_bytes == (dp.peak_bytes if arena else dp.lower_bound_bytes)
         assert d.transient_peak_bytes == d.scratch_bytes
         assert d.error_pct == 0.0
@@ -278,6 +279,9 @@ def test_out_variants_match_their_functional_ops() -> None:
     assert out_variant(aten.native_layer_norm.default).out_names == ("out0", "out1", "out2")
     assert out_variant(aten.arange.default) is not None  # factory options come from out
     assert out_variant(aten.view.default) is None  # a view allocates nothing
+    # cudnn_batch_norm.out crashed every zoo_resnet arena run on an H100 (torch 2.11): computed and copied in.
+    assert out_variant(aten.cudnn_batch_norm.default) is None
+    assert out_variant(aten.native_batch_norm.default) is not None
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     out = torch.empty(3, 5)
     variant = out_variant(aten.mm.default)
@@ -456,7 +460,7 @@ def test_cuda_single_gpu(arena: bool) -> None:
     assert d.measured_peak_bytes == d.allocator_peak_bytes - d.allocator_base_bytes
     assert d.reserved_peak_bytes >= d.allocator_peak_bytes
     # Live storages: exact up to scalars a GPU kernel keeps in host memory (attention's RNG seed and offset).
-    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+    assert abs(d.counted_peak_bytes - d.predicted_storage_bytes) <= 64, _allocator_report(m)
     assert d.measured_peak_bytes >= d.counted_peak_bytes, _allocator_report(m)  # rounding, kernels' scratch
     assert m.numerics is not None and m.numerics.ok, m.numerics
     assert m.eager is not None and m.eager.devices[0].source == "allocator"
@@ -501,7 +505,7 @@ def test_cuda_multi_gpu(arena: bool) -> None:
     assert [d.torch_device for d in m.devices] == ["cuda:0", "cuda:1"]
     for d in m.devices:
         assert d.source == "allocator", _allocator_report(m)
-        assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 64, _allocator_report(m)
+        assert abs(d.counted_peak_bytes - d.predicted_storage_bytes) <= 64, _allocator_report(m)
         assert d.measured_peak_bytes >= d.counted_peak_bytes, _allocator_report(m)
     assert m.copied_bytes == planned.cross_device_bytes
     assert m.numerics is not None and m.numerics.ok, m.numerics
@@ -525,7 +529,7 @@ def test_cuda_measured_within_two_percent_of_predicted(arena: bool, ndev: int) -
     report = _allocator_report(m)
     for d in m.devices:
         assert d.source == "allocator", report
-        assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 1024, report
+        assert abs(d.counted_peak_bytes - d.predicted_storage_bytes) <= 1024, report
         if arena:
             assert abs(d.error_pct) <= 2.0, report
         elif d.requested_peak_bytes is not None:
@@ -605,7 +609,7 @@ def test_cuda_every_zoo_config_runs_and_matches_eager(config: str, arena: bool) 
     report = _allocator_report(m)
     assert m.numerics is not None and m.numerics.ok, (m.numerics, report)
     (d,) = m.devices
-    assert abs(d.counted_peak_bytes - d.predicted_peak_bytes) <= 1024, report
+    assert abs(d.counted_peak_bytes - d.predicted_storage_bytes) <= 1024, report
 
 
 @pytest.mark.parametrize("ndev", [1, 2])

@@ -171,7 +171,8 @@ class PlannedModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         root = self.module_devices.get("")
         if root is not None:
-            args, kwargs = _to_device((args, kwargs), torch.device(root))
+            with self._moving():  # the user's inputs may or may not be there already: not a call of the graph
+                args, kwargs = _to_device((args, kwargs), torch.device(root))
         with self._mixed_device_moves():
             if self.hooks is None:
                 return self.module(*args, **kwargs)

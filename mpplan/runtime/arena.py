@@ -40,6 +40,12 @@ _TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
 #: same way, computes the same bits straight into the arena.
 _SCALAR_AS_TENSOR = frozenset({"add", "sub", "mul", "div"})
 
+#: Ops whose ``out=`` overload is not used: ``cudnn_batch_norm.out`` returns a tensor whose PyObject
+#: bookkeeping is broken (torch 2.11 on an H100: "has_pyobject INTERNAL ASSERT FAILED" in
+#: ``pyobject_preservation.cpp`` when the result reaches Python, then a SIGSEGV; every zoo_resnet arena run
+#: crashed there).  Their results are computed and copied in instead, counted as scratch.
+_BROKEN_OUT = frozenset({"cudnn_batch_norm"})
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
@@ -144,7 +150,7 @@ def out_variant(func: Any) -> OutVariant | None:
     """
     schema = getattr(func, "_schema", None)
     packet = getattr(func, "overloadpacket", None)
-    if schema is None or packet is None or not schema.returns:
+    if schema is None or packet is None or not schema.returns or packet.__name__ in _BROKEN_OUT:
         return None
     if any(str(r.type) != "Tensor" or r.alias_info is not None for r in schema.returns):
         return None

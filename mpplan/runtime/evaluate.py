@@ -34,8 +34,10 @@ from mpplan.runtime.executor import Executor, StepValues
 from mpplan.runtime.measure import DeviceMeasurement, Measurement, Numerics, error_pct
 from mpplan.runtime.numerics import compare, first_bad_op
 from mpplan.runtime.schedule import Schedule, compile_schedule
+from mpplan.runtime.scratch import held_by_run
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import StorageMeter
+from mpplan.runtime.workspace import WorkspaceProbe
 
 __all__ = ["evaluate", "evaluate_program"]
 
@@ -173,6 +175,8 @@ def _run_planned(
     bases = devices_mod.allocator_base(device_map)
     meter = StorageMeter()
     executor = Executor(schedule, model, example_inputs, device_map, arena=arena, meter=meter)
+    # Kernels' workspaces are measured in the warm-up (probing resets the allocator's peaks), in arena mode.
+    probe = WorkspaceProbe() if arena and warmup and device_map.cuda_devices else None
     times: list[float] = []
     snapshot: Snapshot | None = None
     copied = transient = 0
@@ -181,6 +185,7 @@ def _run_planned(
             for device in device_map.cuda_devices:
                 devices_mod.reset_peak(device)
             meter.reset_peaks()
+        executor.probe = probe if i < warmup else None
         torch.manual_seed(seed)
         devices_mod.synchronize(device_map)
         start = time.perf_counter()
@@ -197,31 +202,39 @@ def _run_planned(
     copied_in = {d.name: 0 for d in plan.devices}
     for c in schedule.placed.copies:
         copied_in[c.dst] += c.bytes
+    # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run holds
+    # outside the arena beyond that (a plan made without it) and its kernels' workspaces are placed at their
+    # ops' steps.  Without an arena every result is its own allocation: static + LOAD.
+    workspaces = probe.found if probe is not None else {}
+    storages = _peaks(held_by_run(plan, executor.op_scratch, {})) if arena else {}
+    allocator = _peaks(held_by_run(plan, executor.op_scratch, workspaces)) if arena and workspaces else storages
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
         scratch = executor.scratch_bytes.get(d.name, 0)
-        # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run
-        # holds outside the arena beyond that (a plan made without it) is added.  Without an arena every
-        # result is its own allocation: static + LOAD.
-        predicted = d.peak_bytes + max(0, scratch - d.scratch_bytes) if arena else d.lower_bound_bytes
+        on_device = [op for op in workspaces if plan.placement.get(op, d.name) == d.name]
         tracked = meter.peaks.get(d.name, 0)
         counted = meter.total_peaks.get(d.name, 0)
         window = windows.get(str(torch_device))
         shared = device_map.sharing(d.name)
         own_gpu = window is not None and len(shared) == 1
         measured = window.measured if own_gpu and window is not None else counted
+        # What the meter counts leaves the workspaces out; the allocator (a GPU to itself) counts them too.
+        predicted_storage = storages[d.name] if arena else d.lower_bound_bytes
+        predicted = (allocator[d.name] if own_gpu else predicted_storage) if arena else d.lower_bound_bytes
         results.append(
             DeviceMeasurement(
                 name=d.name,
                 torch_device=str(torch_device),
                 predicted_peak_bytes=predicted,
+                predicted_storage_bytes=predicted_storage,
                 measured_peak_bytes=measured,
                 error_pct=error_pct(predicted, measured),
                 tracked_peak_bytes=tracked,
                 transient_peak_bytes=meter.transient_peaks.get(d.name, 0),
                 counted_peak_bytes=counted,
                 scratch_bytes=scratch if arena else 0,
+                workspace_bytes=max((workspaces[op] for op in on_device), default=0),
                 plan_peak_bytes=d.peak_bytes,
                 plan_lower_bound_bytes=d.lower_bound_bytes,
                 static_bytes=d.static_bytes,
@@ -239,6 +252,10 @@ def _run_planned(
     del executor
     _release(device_map)
     return _PlannedRun(tuple(results), tuple(times), snapshot, copied, transient)
+
+
+def _peaks(plan: Plan) -> dict[str, int]:
+    return {d.name: d.peak_bytes for d in plan.devices}
 
 
 def _snapshot(values: StepValues, executor: Executor) -> Snapshot:

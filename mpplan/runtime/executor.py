@@ -52,6 +52,7 @@ from mpplan.runtime.redirect import ExecMode, Job, Redirect
 from mpplan.runtime.schedule import Schedule, Step
 from mpplan.runtime.scratch import Landing, landing
 from mpplan.runtime.tracking import StorageMeter
+from mpplan.runtime.workspace import WorkspaceProbe
 
 __all__ = ["CUDA_ALIGNMENT", "Executor", "StepValues", "Trace"]
 
@@ -119,6 +120,20 @@ class Executor:
             self.scratch_bytes[device] = max(self.scratch_bytes[device], how.scratch)
         self._carry = self._initial_grads()
         self._grad_nodes = dict(zip(self.program.grads, self.program.output_nodes[1:]))
+
+    @property
+    def probe(self) -> WorkspaceProbe | None:
+        """The probe of the kernels' workspaces while steps run (set it for a warm-up step only)."""
+        return self._mode.probe
+
+    @probe.setter
+    def probe(self, probe: WorkspaceProbe | None) -> None:
+        self._mode.probe = probe
+
+    @property
+    def op_scratch(self) -> dict[str, int]:
+        """Op -> bytes its results hold outside planned memory while computed and copied in (arena mode)."""
+        return {self.schedule.steps[i].op: how.scratch for i, how in self._landings.items() if how.scratch}
 
     # ---- state ----------------------------------------------------------------------------------
 
@@ -264,6 +279,7 @@ class Executor:
             self._mode.physical = self.device_map.torch_device(step.device)
             # A copy reads its source on the source's device: only an op's own factory calls are retargeted.
             self._mode.retarget = step.copy is None
+            self._mode.op = step.op if step.copy is None else ""
             with torch.no_grad(), self._mode:
                 if step.copy is not None:
                     copied += self._copy(step, env, overlays[step.device])

@@ -67,7 +67,10 @@ class DeviceMeasurement:
     own storages); ``transient_peak_bytes`` is the most bytes held at once by
     results computed outside the arena and then copied in (ops with no ``out=``
     overload), and ``scratch_bytes`` the prediction of it.  ``copied_in_bytes`` are the bytes copies brought
-    onto this device per step.
+    onto this device per step.  ``workspace_bytes`` is the largest workspace one of its ops' kernels took
+    (measured on a GPU in the warm-up step, ``workspace.WorkspaceProbe``; 0 elsewhere): in arena mode the
+    prediction measured by the allocator holds each op's workspace at its step.  ``predicted_storage_bytes``
+    is the prediction of what the meter counts (``counted_peak_bytes``): the same without workspaces.
     """
 
     name: str
@@ -90,6 +93,8 @@ class DeviceMeasurement:
     shared_with: tuple[str, ...] = ()
     counted_peak_bytes: int = 0
     scratch_bytes: int = 0
+    workspace_bytes: int = 0
+    predicted_storage_bytes: int = 0
 
     @property
     def exact(self) -> bool:

@@ -9,8 +9,9 @@ in, its results counted as transient while they exist.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -18,8 +19,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mpplan.runtime.arena import Rewrite
 from mpplan.runtime.schedule import Step, Target, flatten, unflatten
 from mpplan.runtime.tracking import StorageMeter
+from mpplan.runtime.workspace import WorkspaceProbe
 
 __all__ = ["ExecMode", "Job", "Redirect"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,15 @@ class ExecMode(TorchDispatchMode):
         self.physical: torch.device = torch.device("cpu")
         self.retarget = True
         self.job: Job | None = None
+        #: The op running now ("" during a copy) and, in a warm-up step on a GPU, the probe of its kernels' workspaces.
+        self.op = ""
+        self.probe: WorkspaceProbe | None = None
+
+    def _kernel(self, call: Callable[[], T]) -> T:
+        """One kernel call of the running op; probed for its workspace when a probe is set on a GPU."""
+        if self.probe is None or not self.op or self.physical.type != "cuda":
+            return call()
+        return self.probe.call(self.op, self.physical, call)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
@@ -70,22 +83,23 @@ class ExecMode(TorchDispatchMode):
             kwargs["device"] = self.physical
         job = self.job
         if job is None or job.consumed or func is not job.step.func:
-            out = func(*args, **kwargs)
+            out = self._kernel(lambda: func(*args, **kwargs))
             if self.meter.register_results(out, self.physical):
                 self.meter.sample()  # live bytes only grow when something new appears
             return out
         job.consumed = True
         redirect = job.redirect
         if redirect.use_out and job.step.out is not None:
-            out = job.step.out.call(args, kwargs, redirect.buffers)
+            out = self._kernel(lambda: job.step.out.call(args, kwargs, redirect.buffers))  # type: ignore[union-attr]
             self.meter.sample()
             return out
         if redirect.rewrite is not None:
-            out = redirect.rewrite(args, kwargs, redirect.buffers[0])
+            rewrite = redirect.rewrite
+            out = self._kernel(lambda: rewrite(args, kwargs, redirect.buffers[0]))
             if out is not None:
                 self.meter.sample()
                 return out
-        out = func(*args, **kwargs)
+        out = self._kernel(lambda: func(*args, **kwargs))
         leaves = flatten(out)
         # Only results on the buffer's device move in; a host-resident result stays where the kernel put it.
         moves = [(t, b) for t, b in zip(redirect.targets, redirect.buffers) if leaves[t.leaf].device == b.device]

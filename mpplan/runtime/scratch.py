@@ -33,7 +33,7 @@ from mpplan.runtime.blocks import alone, buffer_lives, buffer_sizes, cut_blocks,
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.schedule import Schedule, Step, Target, compile_schedule, flatten
 
-__all__ = ["Landing", "landing", "op_scratch", "plan_with_scratch", "with_blocks", "with_scratch"]
+__all__ = ["Landing", "held_by_run", "landing", "op_scratch", "plan_with_scratch", "with_blocks", "with_scratch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,3 +202,16 @@ def with_blocks(plan: Plan, blocks: tuple[Block, ...], scratch: Mapping[str, int
         devices.append(dataclasses.replace(d, peak_bytes=d.static_bytes + sim.held_peak(mine, extra)))
     return dataclasses.replace(counted, devices=tuple(devices), blocks=blocks,
                                max_peak_bytes=max(d.peak_bytes for d in devices))
+
+
+def held_by_run(plan: Plan, scratch: Mapping[str, int], workspaces: Mapping[str, int]) -> Plan:
+    """``plan`` as a run in arena mode holds it: each op's ``scratch`` (op -> bytes of results copied in, as
+    the executor lands them) and its kernels' ``workspaces`` (op -> bytes, ``workspace.WorkspaceProbe``)
+    beside the blocks (or the whole arena) live at its step.
+
+    Pure.  An op's scratch is the larger of the plan's own and ``scratch`` (a plan made without
+    ``plan_with_scratch`` has none); its workspace comes on top, since the kernel holds both at once.
+    """
+    ops = set(plan.scratch) | set(scratch) | set(workspaces)
+    held = {op: max(plan.scratch.get(op, 0), scratch.get(op, 0)) + workspaces.get(op, 0) for op in ops}
+    return with_blocks(plan, plan.blocks, held) if plan.blocks else with_scratch(plan, held)

@@ -1,0 +1,75 @@
+"""Kernel workspaces: the probe that measures them, and the prediction that holds them at their op's step.
+
+On a GPU the probe reads the CUDA allocator (``tests/test_runtime.py``'s ``-m cuda`` tests hold the
+arena-mode prediction, workspaces included, to the allocator within 2%).  Here an allocator is
+simulated: kernels that take memory and give it back, and results that stay.
+"""
+
+from __future__ import annotations
+
+import torch
+from conftest import chain, device
+
+from mpplan.plan import Block
+from mpplan.planner import PlannerSettings, plan
+from mpplan.runtime.scratch import held_by_run, with_blocks, with_scratch
+from mpplan.runtime.workspace import WorkspaceProbe
+from mpplan.verify import verify
+
+
+class FakeAllocator:
+    """Bytes allocated now and the peak since the last reset, per device, as the CUDA allocator keeps them."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    def take(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+
+    def reading(self):
+        return (lambda _device: (self.now, self.peak), lambda _device: setattr(self, "peak", self.now))
+
+
+def test_the_probe_counts_what_a_kernel_frees_before_it_returns_and_not_its_results() -> None:
+    allocator = FakeAllocator()
+    allocator.take(1000)  # what is held before: not the kernel's
+    probe = WorkspaceProbe(allocator.reading())
+    gpu = torch.device("cuda", 0)
+
+    def kernel(workspace: int, result: int) -> str:
+        allocator.take(workspace)
+        allocator.take(result)
+        allocator.take(-workspace)
+        return "done"
+
+    assert probe.call("conv_bwd", gpu, lambda: kernel(300, 50)) == "done"
+    assert probe.call("conv_bwd", gpu, lambda: kernel(200, 0)) == "done"  # the largest call is kept
+    probe.call("relu", gpu, lambda: kernel(0, 80))
+    probe.call("free", gpu, lambda: allocator.take(-500))  # a call that frees takes no workspace
+    assert probe.found == {"conv_bwd": 300}
+    assert probe.largest(["conv_bwd", "relu"]) == 300 and probe.largest(["relu"]) == 0
+
+
+def test_a_workspace_is_held_at_its_ops_step_beside_what_lives_there() -> None:
+    """Not "peak + largest workspace": a workspace at a quiet step may not raise the peak at all."""
+    graph = chain(4, nbytes=64)
+    base = plan(graph, [device()], PlannerSettings(alignment=1))
+    ops = base.schedule
+    quiet, busy = ops[0], ops[2]
+    one_block = held_by_run(base, {}, {quiet: 10})
+    assert one_block.devices[0].peak_bytes == base.devices[0].peak_bytes + 10  # one arena is held all step
+    d = base.devices[0]
+    # Blocks: a 64-byte block live in steps 0..1 and a 128-byte one in 1..3, so step 2 holds 128 and step 1 192.
+    blocked = with_blocks(base, (Block(d.name, 0, 64, 0, 1), Block(d.name, 64, 128, 1, 3)), {})
+    peak = blocked.devices[0].peak_bytes
+    assert held_by_run(blocked, {}, {busy: 64}).devices[0].peak_bytes == peak  # 128 + 64 at step 2: not above
+    assert held_by_run(blocked, {}, {busy: 65}).devices[0].peak_bytes == peak + 1
+    assert held_by_run(blocked, {}, {ops[1]: 1}).devices[0].peak_bytes == peak + 1  # the busiest step
+    # An op's copied-in scratch and its workspace are held at once; the plan's own scratch is not counted twice.
+    scratched = with_scratch(base, {busy: 30})
+    held = held_by_run(scratched, {busy: 30}, {busy: 20})
+    assert held.devices[0].peak_bytes == base.devices[0].peak_bytes + 50
+    assert held_by_run(scratched, {busy: 30}, {}).devices[0] == scratched.devices[0]
+    verify(graph, held)
