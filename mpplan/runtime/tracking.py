@@ -12,9 +12,10 @@ How a storage's death is seen: torch keeps one Python object per live storage
 lives, even when no Python code holds it), so a plain ``weakref`` to that object
 fires exactly when the storage is freed, and its callback takes the bytes off.
 The registry holds no raw ``StorageImpl`` pointers and no manually counted C++
-weak references (``StorageWeakRef``), whose bookkeeping is the first suspect of
-a segfault seen inside ``register`` on a GPU (issue 14): nothing here can touch
-freed memory, and an entry is gone before its id could be reused.
+weak references (``StorageWeakRef``): nothing here can touch freed memory, and an
+entry is gone before its id could be reused.  (The GPU segfault of issue 14 was not
+this registry: on an H100 runs without it crashed the same way, in
+``cudnn_batch_norm.out``, which ``arena.out_variant`` no longer uses.)
 
 ``StorageMeter`` keeps the registry and the running peaks; ``MeteringMode`` is a
 ``TorchDispatchMode`` that registers the outputs of every ATen call made while it
