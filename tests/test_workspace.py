@@ -49,7 +49,6 @@ def test_the_probe_counts_what_a_kernel_frees_before_it_returns_and_not_its_resu
     probe.call("relu", gpu, lambda: kernel(0, 80))
     probe.call("free", gpu, lambda: allocator.take(-500))  # a call that frees takes no workspace
     assert probe.found == {"conv_bwd": 300}
-    assert probe.largest(["conv_bwd", "relu"]) == 300 and probe.largest(["relu"]) == 0
 
 
 def test_a_workspace_is_held_at_its_ops_step_beside_what_lives_there() -> None:

@@ -89,8 +89,9 @@ class ExecMode(TorchDispatchMode):
             return out
         job.consumed = True
         redirect = job.redirect
-        if redirect.use_out and job.step.out is not None:
-            out = self._kernel(lambda: job.step.out.call(args, kwargs, redirect.buffers))  # type: ignore[union-attr]
+        variant = job.step.out
+        if redirect.use_out and variant is not None:
+            out = self._kernel(lambda: variant.call(args, kwargs, redirect.buffers))
             self.meter.sample()
             return out
         if redirect.rewrite is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -62,7 +62,3 @@ class WorkspaceProbe:
         if hidden > self.found.get(op, 0):
             self.found[op] = hidden
         return result
-
-    def largest(self, ops: Any) -> int:
-        """The largest workspace among ``ops`` (0 when none took any)."""
-        return max((self.found.get(op, 0) for op in ops), default=0)
