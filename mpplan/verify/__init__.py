@@ -23,6 +23,7 @@ What the plan is checked against (device names, capacities, alignment,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import filterfalse
 from operator import attrgetter
@@ -51,6 +52,14 @@ class VerifyReport:
     devices: int
     copies: int
     trusted: tuple[str, ...] = ()
+
+
+def memory_holds(plan: Plan, first: Sequence[int], last: Sequence[int], home: Sequence[int], size: Sequence[int],
+                 static: Sequence[int], alignment: int, index: dict[str, int]) -> bool:
+    """``arrays.memory_holds``, with numpy loaded when a plan is first verified rather than when the CLI starts."""
+    from mpplan.verify import arrays
+
+    return arrays.memory_holds(plan, first, last, home, size, static, alignment, index)
 
 
 def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Truth | None = None) -> VerifyReport:
@@ -91,8 +100,6 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     size = list(map(_NBYTES, map(tensors.__getitem__, names)))
     position = {d.name: i for i, d in enumerate(plan.devices)}
     home = [-1 if h is None else position[h] for h in run.home]
-    from mpplan.verify.arrays import memory_holds  # numpy, loaded when a plan is verified, not when the CLI starts
-
     if plan.blocks or not memory_holds(plan, run.first, last, home, size, static, truth.alignment, index):
         _check_memory_by_name(plan, run, last, size, static, check_capacity=check_capacity, alignment=truth.alignment)
     elif check_capacity:
