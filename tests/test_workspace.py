@@ -12,7 +12,9 @@ from conftest import chain, device
 
 from mpplan.plan import Block
 from mpplan.planner import PlannerSettings, plan
+from mpplan.runtime.redirect import ExecMode
 from mpplan.runtime.scratch import held_by_run, with_blocks, with_scratch
+from mpplan.runtime.tracking import StorageMeter
 from mpplan.runtime.workspace import WorkspaceProbe
 from mpplan.verify import verify
 
@@ -30,6 +32,27 @@ class FakeAllocator:
 
     def reading(self):
         return (lambda _device: (self.now, self.peak), lambda _device: setattr(self, "peak", self.now))
+
+
+def test_the_dispatch_mode_probes_an_ops_kernel_only_on_a_gpu_and_passes_every_argument_through() -> None:
+    allocator = FakeAllocator()
+    mode = ExecMode(StorageMeter())
+    mode.probe = WorkspaceProbe(allocator.reading())
+    mode.op = "conv_bwd"
+
+    def kernel(take: int, *, kernel: int) -> tuple[int, int]:  # ``kernel=`` as a keyword: no clash with the mode's
+        allocator.take(take)
+        allocator.take(-take)
+        return take, kernel
+
+    assert mode._kernel(kernel, 300, kernel=7) == (300, 7)  # on the CPU: called, not probed
+    assert mode.probe.found == {}
+    mode.physical = torch.device("cuda", 0)  # a torch.device needs no GPU to exist
+    assert mode._kernel(kernel, 300, kernel=7) == (300, 7)
+    assert mode.probe.found == {"conv_bwd": 300}
+    mode.op = ""  # a copy between ops is no op's kernel
+    assert mode._kernel(kernel, 500, kernel=7) == (500, 7)
+    assert mode.probe.found == {"conv_bwd": 300}
 
 
 def test_the_probe_counts_what_a_kernel_frees_before_it_returns_and_not_its_results() -> None:

@@ -221,7 +221,7 @@ def _run_planned(
         measured = window.measured if own_gpu and window is not None else counted
         # What the meter counts leaves the workspaces out; the allocator (a GPU to itself) counts them too.
         predicted_storage = storages[d.name] if arena else d.lower_bound_bytes
-        predicted = (allocator[d.name] if own_gpu else predicted_storage) if arena else d.lower_bound_bytes
+        predicted = allocator[d.name] if arena and own_gpu else predicted_storage
         results.append(
             DeviceMeasurement(
                 name=d.name,

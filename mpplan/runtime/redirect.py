@@ -70,11 +70,12 @@ class ExecMode(TorchDispatchMode):
         self.op = ""
         self.probe: WorkspaceProbe | None = None
 
-    def _kernel(self, call: Callable[[], T]) -> T:
-        """One kernel call of the running op; probed for its workspace when a probe is set on a GPU."""
+    def _kernel(self, kernel: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``kernel(*args, **kwargs)``, the running op's kernel call; probed for its workspace when a probe is set
+        on a GPU (no closure is made otherwise: this is the executor's hot path)."""
         if self.probe is None or not self.op or self.physical.type != "cuda":
-            return call()
-        return self.probe.call(self.op, self.physical, call)
+            return kernel(*args, **kwargs)
+        return self.probe.call(self.op, self.physical, lambda: kernel(*args, **kwargs))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
@@ -83,7 +84,7 @@ class ExecMode(TorchDispatchMode):
             kwargs["device"] = self.physical
         job = self.job
         if job is None or job.consumed or func is not job.step.func:
-            out = self._kernel(lambda: func(*args, **kwargs))
+            out = self._kernel(func, *args, **kwargs)
             if self.meter.register_results(out, self.physical):
                 self.meter.sample()  # live bytes only grow when something new appears
             return out
@@ -91,16 +92,16 @@ class ExecMode(TorchDispatchMode):
         redirect = job.redirect
         variant = job.step.out
         if redirect.use_out and variant is not None:
-            out = self._kernel(lambda: variant.call(args, kwargs, redirect.buffers))
+            out = self._kernel(variant.call, args, kwargs, redirect.buffers)
             self.meter.sample()
             return out
         if redirect.rewrite is not None:
             rewrite = redirect.rewrite
-            out = self._kernel(lambda: rewrite(args, kwargs, redirect.buffers[0]))
+            out = self._kernel(rewrite, args, kwargs, redirect.buffers[0])
             if out is not None:
                 self.meter.sample()
                 return out
-        out = self._kernel(lambda: func(*args, **kwargs))
+        out = self._kernel(func, *args, **kwargs)
         leaves = flatten(out)
         # Only results on the buffer's device move in; a host-resident result stays where the kernel put it.
         moves = [(t, b) for t, b in zip(redirect.targets, redirect.buffers) if leaves[t.leaf].device == b.device]
