@@ -11,9 +11,11 @@ import torch
 from conftest import chain, device
 
 from mpplan.plan import Block
-from mpplan.planner import PlannerSettings, plan
+from mpplan import sim
+from mpplan.capture import synthetic
+from mpplan.planner import PlannerSettings, placed_graph, plan
 from mpplan.runtime.redirect import ExecMode
-from mpplan.runtime.scratch import held_by_run, with_blocks, with_scratch
+from mpplan.runtime.scratch import held_by_run, held_without_arena, with_blocks, with_scratch
 from mpplan.runtime.tracking import StorageMeter
 from mpplan.runtime.workspace import WorkspaceProbe
 from mpplan.verify import verify
@@ -95,3 +97,26 @@ def test_a_workspace_is_held_at_its_ops_step_beside_what_lives_there() -> None:
     assert held.devices[0].peak_bytes == base.devices[0].peak_bytes + 50
     assert held_by_run(scratched, {busy: 30}, {}).devices[0] == scratched.devices[0]
     verify(graph, held)
+
+
+def test_without_an_arena_a_workspace_is_held_beside_the_storages_live_at_its_ops_step() -> None:
+    """Each storage its own allocation: static + LOAD with no workspace, on every device of a plan with copies."""
+    graph = synthetic.transformer(2, batch=1, seq=8, hidden=16, heads=2, vocab=32, train=True)
+    single = plan(graph, [device()], PlannerSettings(alignment=1))
+    capacity = int(single.max_peak_bytes * 0.7)  # too small for one device: the plan splits and copies
+    split = plan(graph, [device(capacity, "gpu0"), device(capacity, "gpu1")], PlannerSettings(alignment=1))
+    verify(graph, split)
+    placed = placed_graph(graph, split)
+    assert placed.copies
+    assert held_without_arena(placed, split, {}) == {d.name: d.lower_bound_bytes for d in split.devices}
+    # One device: the planned graph's step profile (gradients dynamic), by the simulator, with each op's
+    # workspace at its own step.
+    listed = placed_graph(graph, single)
+    profile = sim.order_profile(listed.graph, range(len(listed.graph.ops)))
+    peak = single.devices[0].static_bytes + max(profile)
+    assert peak == single.devices[0].lower_bound_bytes
+    quiet = min(range(len(profile)), key=profile.__getitem__)
+    room = max(profile) - profile[quiet]
+    ops = single.schedule
+    assert held_without_arena(listed, single, {ops[quiet]: room}) == {"gpu0": peak}  # fills a quiet step: no more
+    assert held_without_arena(listed, single, {ops[quiet]: room + 5, ops[-1]: 1}) == {"gpu0": peak + 5}

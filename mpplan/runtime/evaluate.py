@@ -34,7 +34,7 @@ from mpplan.runtime.executor import Executor, StepValues
 from mpplan.runtime.measure import DeviceMeasurement, Measurement, Numerics, error_pct
 from mpplan.runtime.numerics import compare, first_bad_op
 from mpplan.runtime.schedule import Schedule, compile_schedule
-from mpplan.runtime.scratch import held_by_run
+from mpplan.runtime.scratch import held_by_run, held_without_arena
 from mpplan.runtime.trace import capture_for
 from mpplan.runtime.tracking import StorageMeter
 from mpplan.runtime.workspace import WorkspaceProbe
@@ -175,8 +175,8 @@ def _run_planned(
     bases = devices_mod.allocator_base(device_map)
     meter = StorageMeter()
     executor = Executor(schedule, model, example_inputs, device_map, arena=arena, meter=meter)
-    # Kernels' workspaces are measured in the warm-up (probing resets the allocator's peaks), in arena mode.
-    probe = WorkspaceProbe() if arena and warmup and device_map.cuda_devices else None
+    # Kernels' workspaces are measured in the warm-up: probing resets the allocator's peaks.
+    probe = WorkspaceProbe() if warmup and device_map.cuda_devices else None
     times: list[float] = []
     snapshot: Snapshot | None = None
     copied = transient = 0
@@ -204,10 +204,14 @@ def _run_planned(
         copied_in[c.dst] += c.bytes
     # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run holds
     # outside the arena beyond that (a plan made without it) and its kernels' workspaces are placed at their
-    # ops' steps.  Without an arena every result is its own allocation: static + LOAD.
+    # ops' steps.  Without an arena every result is its own allocation: static + LOAD, and the workspaces.
     workspaces = probe.found if probe is not None else {}
-    storages = _peaks(held_by_run(plan, executor.op_scratch, {})) if arena else {}
-    allocator = _peaks(held_by_run(plan, executor.op_scratch, workspaces)) if arena and workspaces else storages
+    if arena:
+        storages = _peaks(held_by_run(plan, executor.op_scratch, {}))
+        allocator = _peaks(held_by_run(plan, executor.op_scratch, workspaces)) if workspaces else storages
+    else:
+        storages = {d.name: d.lower_bound_bytes for d in plan.devices}
+        allocator = held_without_arena(schedule.placed, plan, workspaces) if workspaces else storages
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
@@ -220,8 +224,8 @@ def _run_planned(
         own_gpu = window is not None and len(shared) == 1
         measured = window.measured if own_gpu and window is not None else counted
         # What the meter counts leaves the workspaces out; the allocator (a GPU to itself) counts them too.
-        predicted_storage = storages[d.name] if arena else d.lower_bound_bytes
-        predicted = allocator[d.name] if arena and own_gpu else predicted_storage
+        predicted_storage = storages[d.name]
+        predicted = allocator[d.name] if own_gpu else predicted_storage
         results.append(
             DeviceMeasurement(
                 name=d.name,

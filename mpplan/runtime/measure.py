@@ -25,10 +25,11 @@ What is measured depends on where a planned device ran (``source``):
   less ``allocator_base_bytes``, what the GPU held before the run was built (other
   tensors of the process, and the cuBLAS/cuBLASLt workspaces, created first on
   purpose so that neither the plan nor eager is charged for them).  It includes
-  the allocator's rounding (512-byte blocks), results computed outside the arena
-  and copied in (``transient_peak_bytes``), and scratch memory kernels allocate
-  for themselves (cuDNN convolution workspaces, sort buffers), none of which the
-  plan models.  ``allocator_peak_bytes`` is the raw ``max_memory_allocated``,
+  the allocator's rounding (512-byte blocks, not modelled), results computed
+  outside the arena and copied in (``transient_peak_bytes``), and scratch memory
+  kernels allocate for themselves (cuDNN convolution workspaces, reductions' partial
+  sums), which the warm-up step measures per op and the prediction places at the
+  op's step, arena or not (``workspace_bytes``).  ``allocator_peak_bytes`` is the raw ``max_memory_allocated``,
   ``requested_peak_bytes`` the peak of bytes asked for (no rounding, base
   subtracted), ``reserved_peak_bytes`` the raw ``max_memory_reserved``.
 * ``"tracked (shared GPU)"``: several planned devices ran on one GPU
@@ -68,8 +69,8 @@ class DeviceMeasurement:
     results computed outside the arena and then copied in (ops with no ``out=``
     overload), and ``scratch_bytes`` the prediction of it.  ``copied_in_bytes`` are the bytes copies brought
     onto this device per step.  ``workspace_bytes`` is the largest workspace one of its ops' kernels took
-    (measured on a GPU in the warm-up step, ``workspace.WorkspaceProbe``; 0 elsewhere): in arena mode the
-    prediction measured by the allocator holds each op's workspace at its step.  ``predicted_storage_bytes``
+    (measured on a GPU in the warm-up step, ``workspace.WorkspaceProbe``; 0 elsewhere): the prediction
+    measured by the allocator holds each op's workspace at its step, with an arena or without.  ``predicted_storage_bytes``
     is the prediction of what the meter counts (``counted_peak_bytes``): the same without workspaces.
     """
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from mpplan import sim
 from mpplan.capture.torch_capture import CapturedProgram
+from mpplan.liveness import live_ranges
+from mpplan.passes.copies import Placed
 from mpplan.plan import Block, Plan
 from mpplan.runtime.arena import Rewrite, exact_rewrite
 from mpplan.runtime.blocks import alone, buffer_lives, buffer_sizes, cut_blocks, own_blocks
@@ -215,3 +217,20 @@ def held_by_run(plan: Plan, scratch: Mapping[str, int], workspaces: Mapping[str,
     ops = set(plan.scratch) | set(scratch) | set(workspaces)
     held = {op: max(plan.scratch.get(op, 0), scratch.get(op, 0)) + workspaces.get(op, 0) for op in ops}
     return with_blocks(plan, plan.blocks, held) if plan.blocks else with_scratch(plan, held)
+
+
+def held_without_arena(placed: Placed, plan: Plan, workspaces: Mapping[str, int]) -> dict[str, int]:
+    """Device name -> the most a run without an arena holds at one step: static, every dynamic storage as its
+    own allocation over its live steps, and the running op's kernel workspace (op -> bytes) beside them.
+
+    Pure.  With no workspace this is each device's ``lower_bound_bytes`` (static + LOAD), which is what the
+    storages alone hold; the CUDA allocator also counts the workspaces.
+    """
+    num_steps = len(placed.graph.ops)
+    spans: dict[str, list[tuple[int, int, int]]] = {d.name: [] for d in plan.devices}
+    for r in live_ranges(placed.graph, range(num_steps)).ranges:
+        spans[placed.storage_device[r.storage]].append((r.first, r.last, r.nbytes))
+    extra: dict[str, list[int]] = {d.name: [0] * num_steps for d in plan.devices}
+    for step, (op, device) in enumerate(zip(placed.graph.ops, placed.op_device)):
+        extra[device][step] = workspaces.get(op.name, 0)
+    return {d.name: d.static_bytes + sim.held_peak(spans[d.name], extra[d.name]) for d in plan.devices}
