@@ -24,7 +24,6 @@ on CUDA, one tensor at a time elsewhere, in the prediction and the measurement a
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from collections.abc import Sequence
@@ -147,7 +146,8 @@ class ApplyEvaluator:
 
     The optimizer is ``torch.optim``'s own for ``model.torch.optimizer`` on the path
     ``optimizer_path`` names.  On CUDA the peak is ``max_memory_allocated`` over the
-    steps after the first (Adam makes its state in the first); on virtual devices it
+    steps after the first (Adam makes its state in the first), less what the GPU held before the model came
+    (``devices.allocator_base``: cuBLAS's workspaces, created first); on virtual devices it
     is the storage meter's over the same steps.  With ``step_in_backward`` the
     optimizer steps inside backward (``PlannedModule.step_in_backward``), as predicted.
     The whole loop's peak is reported against the plan's first device (``apply``
@@ -164,7 +164,7 @@ class ApplyEvaluator:
         from mpplan.capture import build_torch_model
         from mpplan.capture.torch_capture import default_loss
         from mpplan.runtime.apply import apply
-        from mpplan.runtime.devices import map_devices
+        from mpplan.runtime.devices import allocator_base, map_devices
 
         config, planned = candidate.config, candidate.plan
         spec = config.model.torch
@@ -173,11 +173,11 @@ class ApplyEvaluator:
         device_map = map_devices([d.name for d in planned.devices])
         first = device_map.torch_device(planned.devices[0].name)
         on_cuda = first.type == "cuda"
+        base = 0
         if on_cuda:  # the driver planned on the CPU: a GPU's kernels may make another graph, planned here again
             planned = self._replanned(config, planned, str(first), self.step_in_backward)
-            gc.collect()
-            torch.cuda.synchronize(first)
-            torch.cuda.empty_cache()
+            # What the GPU holds before the model comes, cuBLAS's workspaces made now included, is not the loop's.
+            base = allocator_base(device_map)[str(first)].allocated
         model, inputs = build_torch_model(config, device="cpu")
         optimizer = None if spec.optimizer == "none" else spec.optimizer
         wrapped = apply(model, planned, inputs, mode=spec.mode, optimizer=optimizer, devices=device_map.to_dict())
@@ -211,7 +211,7 @@ class ApplyEvaluator:
             if i >= 1:
                 times.append(time.perf_counter() - clock)
         if on_cuda:
-            peak = int(torch.cuda.max_memory_allocated(first))
+            peak = max(int(torch.cuda.max_memory_allocated(first)) - base, 0)
         else:
             assert meter is not None
             meter.sample()
