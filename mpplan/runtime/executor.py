@@ -280,11 +280,13 @@ class Executor:
             # A copy reads its source on the source's device: only an op's own factory calls are retargeted.
             self._mode.retarget = step.copy is None
             self._mode.op = step.op if step.copy is None else ""
+            # The planned views are made outside the dispatch mode: they hold no new memory to meter.
+            job = self._job(step) if step.copy is None else None
             with torch.no_grad(), self._mode:
                 if step.copy is not None:
                     copied += self._copy(step, env, overlays[step.device])
                 else:
-                    transient += self._run_op(step, view)
+                    transient += self._run_op(step, view, job)
             for name in step.containers:
                 if isinstance(env.get(name), (list, tuple)):
                     del env[name]
@@ -311,9 +313,12 @@ class Executor:
         grads = {fqn: env[node] for fqn, node in self._grad_nodes.items() if node is not None and node in env}
         return StepValues(outputs, MappingProxyType(grads), copied, transient)
 
-    def _run_op(self, step: Step, view: _DeviceEnv) -> int:
+    def _job(self, step: Step) -> Job | None:
+        """Where ``step``'s fresh results go in arena mode (``None``: where the kernel puts them)."""
         how = self._landings.get(step.index) if self.arena else None
-        job = None if how is None else Job(step, self._redirect(step, how))
+        return None if how is None else Job(step, self._redirect(step, how))
+
+    def _run_op(self, step: Step, view: _DeviceEnv, job: Job | None) -> int:
         self._mode.job = job
         try:
             assert step.node is not None
