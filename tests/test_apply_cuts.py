@@ -12,6 +12,7 @@ first backward reader were honoured, ``apply`` refused each of these plans with 
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 import torch
@@ -22,10 +23,12 @@ from mpplan.config import Device
 from mpplan.errors import PlanError
 from mpplan.planner import PlannerSettings
 from mpplan.runtime import apply, cuda_available
-from mpplan.runtime.apply_budget import plan_recomputing
+from mpplan.passes.remat.api import result_of
+from mpplan.runtime.apply_budget import plan_for_apply, plan_recomputing
 from mpplan.runtime.apply_cuts import Cut, cuts_of
 from mpplan.runtime.apply_memory import predict_apply
 from mpplan.runtime.devices import warm_up
+from mpplan.runtime.recompute import module_calls
 from mpplan.runtime.trace import capture_for
 from mpplan.verify import verify
 from user_loop import captured_gpt, cuda_loop_peak, metered_loop
@@ -58,8 +61,8 @@ def _reader_nodes(program, tensor: str) -> dict[str, list[str]]:
     return nodes
 
 
-def _late_plan(program, ops):
-    """A verified plan recomputing ``ops``, each output with several backward reader nodes cut at its last node."""
+def _late_cuts(program, ops) -> dict[str, str]:
+    """Each output of ``ops`` read by several backward nodes -> the first reader of its last node."""
     from_ops = {}
     for name in ops:
         for tensor in program.graph.op(name).outputs:
@@ -67,6 +70,12 @@ def _late_plan(program, ops):
             if len(nodes) >= 2:
                 from_ops[tensor] = nodes[-1][0]
     assert from_ops, "the test needs a tensor read by several backward nodes"
+    return from_ops
+
+
+def _late_plan(program, ops):
+    """A verified plan recomputing ``ops``, cut as ``_late_cuts`` says."""
+    from_ops = _late_cuts(program, ops)
     devices = [Device("cuda:0", 1 << 30)]
     planned = plan_recomputing(program.graph, devices, PlannerSettings(placement="single", grads="dynamic"), ops,
                                1 << 30, from_ops=from_ops)
@@ -123,6 +132,28 @@ def test_late_cuts_in_an_mlp_train_as_eager_within_the_prediction() -> None:
     planned, from_ops = _late_plan(program, ops)
     assert len(from_ops) == 3
     _check_against_eager(model, inputs, program, planned)
+
+
+def test_plan_for_apply_keeps_the_cuts_its_remat_pass_chose(gpt, monkeypatch) -> None:
+    """When the remat pass on the loop's graph cuts late, the plan says so and the prediction counts it:
+    the budget that fits the late cuts exactly is met, and the measured loop stays under it."""
+    import mpplan.runtime.apply_budget as apply_budget
+
+    model, inputs, program = gpt
+    from_ops = _late_cuts(program, GPT_OPS)
+    monkeypatch.setattr(apply_budget, "remat", lambda graph, policy, **_: result_of(
+        graph, GPT_OPS, policy, 0, time.perf_counter(), from_ops=from_ops))
+    budget = predict_apply(program, GPT_OPS, from_ops=from_ops).peak_bytes
+    assert budget > predict_apply(program, GPT_OPS).peak_bytes  # the cuts hold more than first-reader ones
+    devices = [Device("cuda:0", 1 << 30)]
+    fitted = plan_for_apply(program, devices, PlannerSettings(placement="single", grads="dynamic"), budget,
+                            calls=module_calls(model, inputs))
+    verify(program.graph, fitted.plan)
+    assert {r["tensor"]: r["from_op"] for r in fitted.plan.remat if r.get("from_op")} == from_ops
+    assert fitted.prediction.peak_bytes == budget
+    wrapped = apply(copy.deepcopy(model), fitted.plan, inputs, optimizer="adam", devices="virtual")
+    peak, _ = metered_loop(wrapped, torch.optim.Adam(wrapped.parameters(), lr=1e-3), inputs)
+    assert peak <= budget * (1 + SLACK), (peak, budget)
 
 
 def _mlp_program():
