@@ -315,10 +315,10 @@ def test_random_calls_are_never_replayed_but_attention_without_dropout_is() -> N
     assert not _random(aten.addmm.default, (q, q, q), {})
 
 
-def test_a_cut_point_at_the_first_backward_reader_is_honoured_any_other_refused() -> None:
-    """``apply`` recomputes at the first backward reader: a record whose cut (``from_op``)
-    names that op gets the same policy as one without; it cannot keep the original for
-    the readers before any other cut: one ``PlanError`` naming the record."""
+def test_a_cut_point_at_the_first_backward_reader_recomputes_for_every_backward_reader() -> None:
+    """A record whose cut (``from_op``) names the tensor's first backward reader gets the recomputes of
+    one without, and keeps no original for any node, as does a cut at a backward op before that reader;
+    a cut outside backward is one ``PlanError`` naming the record (later cuts: ``test_apply_cuts``)."""
     from mpplan.capture.torch_capture import capture_program
     from mpplan.errors import PlanError
 
@@ -331,14 +331,17 @@ def test_a_cut_point_at_the_first_backward_reader_is_honoured_any_other_refused(
     assert RecomputePolicy.from_records(program, [record]).ops == ("relu",)
     boundary = next(k for k, op in enumerate(program.graph.ops) if op.backward_of is not None)
     readers = [op.name for op in program.graph.ops[boundary:] if relu.outputs[0] in op.inputs]
-    later = program.graph.ops[-1].name  # a backward op after the first reader
-    assert readers and later != readers[0]
     at_first = RecomputePolicy.from_records(program, [{**record, "from_op": readers[0]}])
-    assert at_first == RecomputePolicy.from_records(program, [record])
-    with pytest.raises(PlanError, match=r"^plan remat\[1\]: tensor .* has from_op 'mm'"):
-        RecomputePolicy.from_records(program, [record, {**record, "from_op": "mm"}])
-    with pytest.raises(PlanError, match=rf"from_op {later!r}; .*\({readers[0]!r}\)"):
-        RecomputePolicy.from_records(program, [{**record, "from_op": later}])
+    assert at_first.recompute == RecomputePolicy.from_records(program, [record]).recompute
+    assert [(c.from_op, c.early_nodes) for c in at_first.cuts] == [(readers[0], 0)]
+    before = next(op.name for op in program.graph.ops[boundary:] if program.op_phases[op.name] == "backward")
+    assert before != readers[0]  # a backward op before every reader: the same cut
+    assert RecomputePolicy.from_records(program, [{**record, "from_op": before}]) == at_first
+    with pytest.raises(PlanError, match=r"^plan remat\[1\]: tensor .* has from_op 'relu'; .* forward phase"):
+        RecomputePolicy.from_records(program, [record, {**record, "from_op": "relu"}])
+    last = program.graph.ops[-1].name  # the optimizer's
+    with pytest.raises(PlanError, match=rf"from_op {last!r}; .* is in the optimizer phase"):
+        RecomputePolicy.from_records(program, [{**record, "from_op": last}])
 
 
 def test_moving_the_users_inputs_is_not_a_call_of_the_graph(gpt, monkeypatch) -> None:

@@ -25,12 +25,13 @@ class CallCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def captured_gpt(model_kwargs: dict[str, int], input_kwargs: dict[str, int]) -> tuple[Any, Any, Any]:
-    """A seeded zoo GPT, its inputs, and its Adam training step captured on the CPU."""
+def captured_gpt(model_kwargs: dict[str, int], input_kwargs: dict[str, int],
+                 device: str = "cpu") -> tuple[Any, Any, Any]:
+    """A seeded zoo GPT, its inputs, and its Adam training step captured on ``device``."""
     torch.manual_seed(0)
     model = zoo.build("gpt", **model_kwargs)
     inputs = zoo.example_inputs("gpt", **input_kwargs)
-    program = capture_for(model, inputs, torch.device("cpu"), mode="train", optimizer="adam", loss_fn=None)
+    program = capture_for(model, inputs, torch.device(device), mode="train", optimizer="adam", loss_fn=None)
     return model, inputs, program
 
 

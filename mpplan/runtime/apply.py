@@ -21,7 +21,9 @@ What it does, from the plan and the captured graph:
   recomputed result, and the backward node that needs it reruns that one ATen call,
   where the plan put ``F@recompute``.  Recomputes of the loss's own ops (made after
   the module returns) are out of reach and left out (``PlannedModule.recompute_ops``
-  lists those honoured);
+  lists those honoured).  A record's cut point (``from_op``) may be any backward reader
+  of its tensor: the backward nodes before it read the original, kept for them
+  (``mpplan.runtime.apply_cuts``);
 * backward ops run where autograd runs them, on their forward op's device, which
   is the rule the planner places backward ops by; gradients and optimizer state
   live with their parameter, as planned;
@@ -208,7 +210,8 @@ class PlannedModule(torch.nn.Module):
             on_cuda = all(p.device.type == "cuda" for p in self.module.parameters())
             optimizer_path = "foreach" if on_cuda else "single"
         return predict_apply(self.program, self.recompute_ops, optimizer_path=optimizer_path,
-                             step_in_backward=self.stepping is not None)
+                             step_in_backward=self.stepping is not None,
+                             from_ops=self.hooks.policy.from_ops if self.hooks is not None else None)
 
     def remove(self) -> None:
         """Take the hooks off (parameters stay where they are); the optimizer steps at ``step()`` again."""

@@ -20,7 +20,7 @@ a cap, with the least recompute that fits (``plan_for_apply`` at that batch).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mpplan.capture.torch_capture import CapturedProgram
@@ -35,7 +35,7 @@ from mpplan.planner import PlannerSettings, memory_model, plan
 from mpplan.runtime.apply_memory import ApplyPrediction, apply_memory_graph, predict_apply
 from mpplan.runtime.recompute import RecomputePolicy
 
-__all__ = ["ApplyPlan", "BatchFit", "max_batch", "plan_for_apply"]
+__all__ = ["ApplyPlan", "BatchFit", "max_batch", "plan_for_apply", "plan_recomputing"]
 
 #: Re-plans ``plan_for_apply`` tries before it gives up on a budget.
 ROUNDS = 8
@@ -73,8 +73,9 @@ def plan_for_apply(
     the least peak found is above it.
     """
 
-    def predict(ops: Sequence[str] = ()) -> ApplyPrediction:
-        return predict_apply(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward)
+    def predict(ops: Sequence[str] = (), from_ops: Mapping[str, str] | None = None) -> ApplyPrediction:
+        return predict_apply(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward,
+                             from_ops=from_ops)
 
     if budget is None:
         planned = plan(program.graph, devices, replace(settings, remat="none", remat_budget=None))
@@ -98,11 +99,12 @@ def plan_for_apply(
         policy = RecomputePolicy.from_records(program, chosen.plan_records())
         if calls is not None:
             policy = policy.aligned(calls)
-        predicted = predict(policy.ops)
+        predicted = predict(policy.ops, policy.from_ops)
         best = predicted if best is None or predicted.peak_bytes < best.peak_bytes else best
         miss = predicted.peak_bytes - budget
         if miss <= 0:
-            return ApplyPlan(_plan_recomputing(program.graph, devices, settings, policy.ops, budget), predicted, asked)
+            return ApplyPlan(plan_recomputing(program.graph, devices, settings, policy.ops, budget,
+                                              from_ops=policy.from_ops), predicted, asked)
         if at_floor:
             break
         asked -= max(miss, 1)
@@ -116,17 +118,20 @@ def plan_for_apply(
     )
 
 
-def _plan_recomputing(
-    graph: Graph, devices: Sequence[Device], settings: PlannerSettings, ops: Sequence[str], budget: int
+def plan_recomputing(
+    graph: Graph, devices: Sequence[Device], settings: PlannerSettings, ops: Sequence[str], budget: int,
+    *, from_ops: Mapping[str, str] | None = None,
 ) -> Plan:
     """The plan of ``graph`` that recomputes ``ops``, made as the planner makes one for its own choice.
 
-    Its settings say ``remat: budget`` at ``budget`` bytes, which ``apply`` (not the
-    plan's own arena) is held to; ``remat_chosen.fitted`` says so.
+    ``from_ops`` places late regions (recomputed tensor -> cut op), as ``remat``'s
+    ``RematResult.from_ops`` does.  Its settings say ``remat: budget`` at ``budget``
+    bytes, which ``apply`` (not the plan's own arena) is held to; ``remat_chosen.fitted``
+    says so.
     """
     clock = time.perf_counter()
     dynamic = memory_model(graph, settings.grads)
-    result = result_of(dynamic, ops, "budget", 0, clock)
+    result = result_of(dynamic, ops, "budget", 0, clock, from_ops=from_ops)
     inner = plan(result.graph, devices, replace(settings, remat="none", remat_budget=None, grads="static"))
     recorded = replace(settings, remat="budget", remat_budget=budget)
     return replace(

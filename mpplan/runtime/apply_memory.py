@@ -11,6 +11,9 @@ capture recorded, then the optimizer.
 * **Recompute**: the recomputes ``apply`` honours (``RecomputePolicy``) are put back
   in with ``apply_recompute``, right before their first late reader: the backward
   node that unpacks the saved tensor recomputes it then (``mpplan.runtime.recompute``).
+  Where a record cuts later, ``from_ops`` (``RecomputePolicy.from_ops``) starts the
+  late region at the node ``apply`` recomputes for (``apply_cuts``); the readers
+  before it read the original.
 * **Saved tensors live to the end of their backward node**: autograd unpacks a
   node's saved tensors (and recomputes) when the node starts and releases them when
   it ends, so a forward tensor a backward op reads is held to the last op of the
@@ -36,7 +39,7 @@ capture recorded, then the optimizer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from mpplan import sim
@@ -76,10 +79,15 @@ def predict_apply(
     *,
     optimizer_path: str = "single",
     step_in_backward: bool = False,
+    from_ops: Mapping[str, str] | None = None,
 ) -> ApplyPrediction:
-    """Predict ``apply``'s peak for ``program`` with ``recompute_ops`` recomputed (module docstring)."""
+    """Predict ``apply``'s peak for ``program`` with ``recompute_ops`` recomputed (module docstring).
+
+    ``from_ops``: recomputed tensor -> the op its late region starts at, where a cut says.
+    """
     ops = tuple(recompute_ops)
-    graph = apply_memory_graph(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward)
+    graph = apply_memory_graph(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward,
+                               from_ops=from_ops)
     static = sim.static_bytes(graph)
     load = sim.order_load(graph, range(len(graph.ops)))
     return ApplyPrediction(static + load, static, load, ops, optimizer_path, graph, step_in_backward)
@@ -91,14 +99,15 @@ def apply_memory_graph(
     *,
     optimizer_path: str = "single",
     step_in_backward: bool = False,
+    from_ops: Mapping[str, str] | None = None,
 ) -> Graph:
-    """The graph eager PyTorch runs for ``program`` under ``apply`` (module docstring)."""
+    """The graph eager PyTorch runs for ``program`` under ``apply`` (module docstring; ``from_ops`` as ``predict_apply``)."""
     if optimizer_path not in OPTIMIZER_PATHS:
         raise ValueError(f"optimizer_path: expected one of {', '.join(OPTIMIZER_PATHS)}, got {optimizer_path!r}")
     graph = with_dynamic_grads(program.graph)
     ops = tuple(recompute_ops)
     if ops:
-        graph = apply_recompute(graph, dict.fromkeys(ops))
+        graph = apply_recompute(graph, dict.fromkeys(ops), from_ops)
     graph = _held_to_node_end(graph, program)
     if program.optimizer is None:
         return graph

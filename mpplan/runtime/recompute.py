@@ -16,7 +16,11 @@ runs, ``RecomputeHooks``:
   result dies after its last forward use, as the plan's ``F`` does;
 * in backward, the first node that unpacks a handle reruns the recipe (under
   ``no_grad``) and the result is cached until every handle and every dependent
-  recipe has read it: the plan's ``F@recompute``, right before its first late reader.
+  recipe has read it: the plan's ``F@recompute``, right before its first late reader;
+* where the plan cuts later (``from_op`` past the tensor's first backward reader,
+  ``apply_cuts``), the handles share the original, kept for the backward nodes before
+  the cut: the first ``early_nodes`` nodes that unpack it read it, and when the last
+  of them ends the original is let go; the nodes after recompute.
 
 Unlike ``torch.utils.checkpoint`` there are no regions: each recompute happens when
 its reader needs it, which is the timing the planner modelled (``apply_memory``).
@@ -43,8 +47,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpplan.capture.torch_capture import CapturedProgram
-from mpplan.errors import PlanError
-from mpplan.graph import Graph
+from mpplan.runtime.apply_cuts import Cut, cuts_of
 
 __all__ = ["IGNORED", "RecomputeHooks", "RecomputePolicy", "module_calls"]
 
@@ -64,11 +67,13 @@ class RecomputePolicy:
 
     ``forward_ops`` are the ATen overloads (``str(OpOverload)``) of the captured
     forward ops in order, ``detach`` left out (``IGNORED``); ``recompute`` maps a position to the IR op name and the
-    positions, among the call's tensor results, that are recomputed.
+    positions, among the call's tensor results, that are recomputed; ``cuts`` where the
+    recomputed results that a record gives a cut point are first read (``apply_cuts``).
     """
 
     forward_ops: tuple[str, ...]
     recompute: Mapping[int, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    cuts: tuple[Cut, ...] = ()
 
     @classmethod
     def from_records(cls, program: CapturedProgram, records: Any) -> RecomputePolicy:
@@ -76,18 +81,12 @@ class RecomputePolicy:
 
         The traced forward also holds the loss's calls, made after the module returns;
         ``aligned`` onto the module's real calls drops them (out of ``apply``'s reach).
-        A record's cut point (``from_op``) is honoured where it is the tensor's first
-        backward reader: every backward reader reads the recompute, which is when a recipe
-        reruns (the first reader that unpacks it).  Any other cut raises ``PlanError``: the
-        original could not serve the readers before the cut as the plan counts it.
+        A record's cut point (``from_op``) may be any backward reader of its tensor: the
+        nodes before it read the original, kept for them (``apply_cuts``); a cut ``apply``
+        cannot honour raises ``PlanError`` naming the record.
         """
         graph = program.graph
-        for k, record in enumerate(records):
-            cut, first = record.get("from_op"), _first_backward_reader(graph, record["tensor"])
-            if cut is not None and cut != first:
-                raise PlanError(f"plan remat[{k}]: tensor {record['tensor']!r} has from_op {cut!r}; apply() "
-                                f"recomputes before the first backward reader only ({first!r}): plan with the "
-                                "budget policy on the training graph for apply()")
+        cuts = cuts_of(program, records)
         forward = [
             op for op in graph.ops if program.op_phases.get(op.name) == "forward" and op.type != IGNORED
         ]
@@ -100,15 +99,20 @@ class RecomputePolicy:
             outputs = forward[i].outputs
             if record["tensor"] in outputs:
                 chosen.setdefault(i, []).append(outputs.index(record["tensor"]))
-        return cls(
-            tuple(op.type for op in forward),
-            MappingProxyType({i: (forward[i].name, tuple(sorted(set(p)))) for i, p in sorted(chosen.items())}),
-        )
+        recompute = {i: (forward[i].name, tuple(sorted(set(p)))) for i, p in sorted(chosen.items())}
+        honoured = {name for name, _ in recompute.values()}
+        return cls(tuple(op.type for op in forward), MappingProxyType(recompute),
+                   tuple(c for c in cuts if c.op in honoured))
 
     @property
     def ops(self) -> tuple[str, ...]:
         """The IR names of the recomputed forward ops."""
         return tuple(name for name, _ in self.recompute.values())
+
+    @property
+    def from_ops(self) -> dict[str, str]:
+        """Recomputed IR tensor -> the op its recompute is first read by, where a cut says (``apply_memory``)."""
+        return {c.tensor: c.from_op for c in self.cuts}
 
     def aligned(self, calls: Sequence[str]) -> RecomputePolicy:
         """This policy re-indexed onto ``calls``, the ATen calls the module really makes.
@@ -124,7 +128,9 @@ class RecomputePolicy:
         for a, b, size in matcher.get_matching_blocks():
             where.update((a + k, b + k) for k in range(size))
         recompute = {where[i]: chosen for i, chosen in self.recompute.items() if i in where}
-        return RecomputePolicy(tuple(calls), MappingProxyType(dict(sorted(recompute.items()))))
+        honoured = {name for name, _ in recompute.values()}
+        return RecomputePolicy(tuple(calls), MappingProxyType(dict(sorted(recompute.items()))),
+                               tuple(c for c in self.cuts if c.op in honoured))
 
 
 @dataclass(slots=True)
@@ -175,6 +181,59 @@ class _Ref:
         return base.as_strided(self.size, self.stride, self.offset)
 
 
+@dataclass(slots=True)
+class _Kept:
+    """The original of a recomputed result, kept for the first ``nodes`` backward nodes that unpack it.
+
+    ``tensors`` are what autograd handed the pack hook (views of the one storage), one
+    slot per saved handle; ``None`` once the last of those nodes has ended.  A node is
+    known by the engine's current node (``torch._C._current_autograd_node``): a
+    node may unpack the tensor more than once (``mul(x, x)``), and it ends when its
+    post-hook runs.  Outside backward (a ``grad_fn._saved_*`` read) the original is
+    returned and nothing is counted.
+    """
+
+    nodes: int
+    tensors: list[torch.Tensor] | None = field(default_factory=list)
+    started: int = 0
+    ended: int = 0
+    current: int | None = None
+
+    def hold(self, tensor: torch.Tensor) -> int:
+        assert self.tensors is not None, "a tensor saved after its original was let go"
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def read(self, slot: int) -> torch.Tensor | None:
+        """The original for the node now running, or ``None`` where that node reads the recompute."""
+        if self.tensors is None:
+            return None
+        node = torch._C._current_autograd_node()
+        if node is None or id(node) == self.current:
+            return self.tensors[slot]
+        if self.started == self.nodes:
+            return None  # every node before the cut has started: this one is after it
+        self.started += 1
+        self.current = id(node)
+        node.register_hook(self._ended)  # the hook holds this record, never the node: no cycle through it
+        return self.tensors[slot]
+
+    def _ended(self, _grad_inputs: Any, _grad_outputs: Any) -> None:
+        self.ended += 1
+        self.current = None
+        if self.ended == self.nodes:
+            self.tensors = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """A handle to a recomputed result whose cut is late: the original in ``kept`` until its nodes are done."""
+
+    ref: _Ref
+    kept: _Kept
+    slot: int
+
+
 def _resolve(value: Any) -> Any:
     if isinstance(value, _Ref):
         tensor = value.get()
@@ -197,7 +256,8 @@ class RecomputeHooks:
         self.recomputed = 0
         self.mismatch: str | None = None
         self._paused = False
-        self._made: dict[StorageWeakRef, tuple[_Recipe, int, torch.dtype]] = {}
+        self._made: dict[StorageWeakRef, tuple[_Recipe, int, torch.dtype, _Kept | None]] = {}
+        self._early = {(c.op, c.output): c.early_nodes for c in policy.cuts if c.early_nodes}
 
     @contextmanager
     def forward(self) -> Iterator[None]:
@@ -253,7 +313,9 @@ class RecomputeHooks:
         for position in chosen[1]:
             if position < len(results):
                 tensor = results[position]
-                self._made[StorageWeakRef(tensor.untyped_storage())] = (recipe, position, tensor.dtype)
+                early = self._early.get((chosen[0], position))
+                kept = _Kept(early) if early else None
+                self._made[StorageWeakRef(tensor.untyped_storage())] = (recipe, position, tensor.dtype, kept)
 
     def _forget_written(self, func: Any, args: Any, kwargs: Any) -> None:
         """A result written in place after it was made can no longer be recomputed from its recipe."""
@@ -267,37 +329,40 @@ class RecomputeHooks:
                         self._made.pop(StorageWeakRef(t.untyped_storage()), None)
 
     def _ref_of(self, tensor: torch.Tensor) -> _Ref | None:
+        found = self._entry(tensor)
+        return None if found is None else found[0]
+
+    def _entry(self, tensor: torch.Tensor) -> tuple[_Ref, _Kept | None] | None:
+        """The recipe reference of ``tensor`` and the original kept for the nodes before its cut, if recomputed."""
         if tensor.device.type == "meta":
             return None
         entry = self._made.get(StorageWeakRef(tensor.untyped_storage()))
         if entry is None or entry[2] != tensor.dtype:
             return None
-        recipe, position, _ = entry
-        return _Ref(recipe, position, tuple(tensor.size()), tuple(tensor.stride()), int(tensor.storage_offset()))
+        recipe, position, _, kept = entry
+        ref = _Ref(recipe, position, tuple(tensor.size()), tuple(tensor.stride()), int(tensor.storage_offset()))
+        return ref, kept
 
     def _pack(self, tensor: torch.Tensor) -> Any:
-        ref = self._ref_of(tensor)
-        if ref is None:
+        found = self._entry(tensor)
+        if found is None:
             return tensor
+        ref, kept = found
         ref.recipe.pending += 1
-        return ref
+        return ref if kept is None else _Saved(ref, kept, kept.hold(tensor))
 
     def _unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, _Saved):
+            original = packed.kept.read(packed.slot)
+            if original is not None:
+                packed.ref.recipe.release()
+                return original
+            packed = packed.ref
         if not isinstance(packed, _Ref):
             return packed
         if packed.recipe.value is None:
             self.recomputed += 1
         return _resolve(packed)
-
-
-def _first_backward_reader(graph: Graph, tensor: str) -> str | None:
-    """The first op of ``graph`` from its first backward op on that reads ``tensor``."""
-    backward = False
-    for op in graph.ops:
-        backward = backward or op.backward_of is not None
-        if backward and tensor in op.inputs:
-            return op.name
-    return None
 
 
 def _random(func: Any, args: Any, kwargs: Any) -> bool:
