@@ -169,18 +169,21 @@ def plan(graph: Graph, devices: Sequence[Device], settings: PlannerSettings = Pl
             )
             assign_s += _lap(clock)
             device_plans.append(_device_plan(device, liveness, arena.arena))
-            for s, offset in sorted(arena.offsets.items()):
-                buffers[listed.graph.tensors[s].name] = Buffer(device.name, offset, arena.sizes[s])
+            tensors, sizes, where = listed.graph.tensors, arena.sizes, device.name  # bound once: 100k+ buffers
+            offsets = sorted(arena.offsets.items())
+            buffers.update({tensors[s].name: Buffer(where, offset, sizes[s]) for s, offset in offsets})
         bar.update()
     seconds["liveness"] = round(liveness_s, 6)
     seconds["assign"] = round(assign_s, 6)
     seconds["total"] = round(sum(seconds.values()), 6)
+    ops = listed.graph.ops
+    schedule = [ops[k].name for k in listed.order]
     return Plan(
         graph_name=original.name,
         graph_hash=original.content_hash,
         devices=tuple(device_plans),
-        schedule=tuple(listed.graph.ops[k].name for k in listed.order),
-        placement={listed.graph.ops[k].name: d for k, d in zip(listed.order, listed.op_device)},
+        schedule=tuple(schedule),
+        placement=dict(zip(schedule, listed.op_device)),
         buffers=buffers,
         copies=listed.copies,
         max_peak_bytes=max(d.peak_bytes for d in device_plans),

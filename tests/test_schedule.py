@@ -130,6 +130,44 @@ def test_memory_model_of_sums_huge_sizes_by_loops() -> None:
     assert mem.start_allocated == (huge, 2 * huge) and mem.load((0, 1)) == 2 * huge
 
 
+def list_schedule_by_rescoring(mem: Memory, peak_first: bool) -> tuple[int, ...]:
+    """The greedy list schedulers' definition, scored from scratch at every step (quadratic).
+
+    Each step runs the ready op of least key: ``greedy_free`` (net, id), ``least_peak``
+    (allocated, net, id), where an op allocates its storages that no op has touched yet
+    and frees those (not outputs) whose only unrun touches are its own single one.
+    """
+    n = mem.num_ops
+    done = [False] * n
+    started: set[int] = set()
+    order: list[int] = []
+
+    def key(t: int) -> tuple[int, ...]:
+        allocated = sum(mem.nbytes[s] for s in mem.storages[t] if s not in started)
+        freed = sum(mem.nbytes[s] for s in mem.storages[t]
+                    if not mem.to_end[s] and [u for u in mem.touchers[s] if not done[u]] == [t])
+        net = allocated - freed
+        return (allocated, net, t) if peak_first else (net, t)
+
+    while len(order) < n:
+        ready = [k for k in range(n) if not done[k] and all(done[p] for p in mem.preds[k])]
+        k = min(ready, key=key)
+        done[k] = True
+        order.append(k)
+        started.update(mem.storages[k])
+    return tuple(order)
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs(max_ops=25, min_ops=0))
+def test_list_schedulers_equal_their_definition_rescored_each_step(graph: Graph) -> None:
+    """The heap-based schedulers (lazy entries, re-pushed only when an op's key changes) pick
+    the same op at every step as a scan that rescores every ready op."""
+    mem = Memory.of(graph)
+    assert schedule(graph, "greedy_free") == list_schedule_by_rescoring(mem, peak_first=False)
+    assert schedule(graph, "least_peak") == list_schedule_by_rescoring(mem, peak_first=True)
+
+
 @settings(max_examples=100, deadline=None)
 @given(graphs(max_ops=30, min_ops=2), st.randoms(use_true_random=False))
 def test_local_search_moves_keep_the_profile_exact(graph: Graph, rng: random.Random) -> None:

@@ -106,17 +106,20 @@ def forward_ops(graph: Graph, order: Sequence[int]) -> list[int]:
     storage_of, producer, is_static = topo.storage_of, topo.producer, topo.is_static
     # per tensor id: state, or a storage made after the forward pass (marks grow as the walk goes)
     after = bytearray(tensor.kind in state_kinds for tensor in graph.tensors)
+    marked, static = after.__getitem__, is_static.__getitem__  # by ``map``: no generator frame per op
+    op_storages, op_inputs, op_outputs, ops = topo.op_storages, topo.op_inputs, topo.op_outputs, graph.ops
     forward = []
     for k in order:
-        storages = topo.op_storages[k]
-        inputs = topo.op_inputs[k]
-        op = graph.ops[k]
-        if op.backward_of is not None or op.recompute_of is not None or any(after[s] for s in storages):
-            for t in topo.op_outputs[k]:  # new storages only: a view of a weight or an in-place update makes none
+        storages = op_storages[k]
+        inputs = op_inputs[k]
+        op = ops[k]
+        if op.backward_of is not None or op.recompute_of is not None or any(map(marked, storages)):
+            for t in op_outputs[k]:  # new storages only: a view of a weight or an in-place update makes none
                 if storage_of[t] == t and t not in inputs:
                     after[t] = 1
             continue
-        updates_state = any(producer[storage_of[t]] < 0 for t in topo.op_outputs[k] if t in inputs)
-        if not updates_state and any(not is_static[s] for s in storages):
+        if all(map(static, storages)):
+            continue
+        if not any(producer[storage_of[t]] < 0 for t in op_outputs[k] if t in inputs):  # updates no state
             forward.append(k)
     return forward

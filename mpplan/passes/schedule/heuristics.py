@@ -113,8 +113,8 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
     ``allocated[k]``: bytes of ``k``'s storages no op has touched yet; ``freed[k]``:
     bytes of its storages whose only remaining toucher is ``k`` (not outputs).  Both
     change only when an op sharing a storage runs; each change re-pushes the op
-    (lazy heap updates: only an op's latest entry counts), so the whole run is
-    O(E log V).  The last remaining toucher of a storage is the XOR
+    (lazy heap updates: only an op's latest entry counts) unless its key came out
+    the same, so the whole run is O(E log V).  The last remaining toucher of a storage is the XOR
     of the ids of those that have not run yet.
     """
     n = mem.num_ops
@@ -138,8 +138,9 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
                 # greedy_free: (-net freed, id); least_peak: (allocated, -net freed, id).
                 net = allocated[t] - freed[t]
                 pushed: tuple[int, ...] = (allocated[t], net, t) if peak_first else (net, t)
-                latest[t] = pushed
-                heappush(heap, pushed)
+                if pushed != latest[t]:  # an equal live entry is in the heap already (most re-pushes)
+                    latest[t] = pushed
+                    heappush(heap, pushed)
         while heap:  # the first live entry; entries no longer an op's latest are skipped
             entry = heappop(heap)
             k = entry[-1]
