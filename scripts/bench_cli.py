@@ -55,6 +55,7 @@ def child(config: str, out: str) -> None:
     import importlib
     import io
     from contextlib import redirect_stdout
+    from functools import cached_property
 
     wall: dict[str, float] = {}
     cpu: dict[str, float] = {}
@@ -75,6 +76,13 @@ def child(config: str, out: str) -> None:
     planner = sys.modules["mpplan.planner"]
     for label, name in PLAN_PARTS:
         setattr(planner, name, timed(f"plan: {label}", getattr(planner, name)))
+    # The graph's hash (for plan.json's ``graph.hash``) is a cached property, made where the planner
+    # first asks for it: a stage of loading's kind, timed on its own so the planner's split shows it.
+    from mpplan.graph import Graph
+
+    hashing = cached_property(timed("plan: graph hash", Graph.content_hash.func))
+    hashing.__set_name__(Graph, "content_hash")
+    Graph.content_hash = hashing
     from mpplan.cli import main
 
     ready = (time.perf_counter(), time.process_time())

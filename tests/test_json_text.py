@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpplan.json_text import dumps_indented
+from mpplan.json_text import dumps_indented, records_text
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8)
 KEYS = st.text(max_size=6) | st.integers(-5, 5) | st.floats(allow_nan=False) | st.booleans() | st.none()
@@ -25,6 +25,49 @@ VALUES = st.recursive(
 @given(VALUES)
 def test_same_text_as_json_dumps(value: object) -> None:
     assert dumps_indented(value) == json.dumps(value, indent=1)
+
+
+# Text that the records' format strings must keep literal: braces, quotes, escapes, newlines, non-ASCII.
+TRICKY = st.text(st.sampled_from(['"', "{", "}", ":", " ", ",", "\n", "\\", "a", "é", "\x00"]), max_size=6)
+COLUMNS = st.lists(st.tuples(TRICKY, st.sampled_from(["str", "int"])), min_size=1, max_size=4,
+                   unique_by=lambda column: column[0])
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> dict[str, dict[str, object]]:
+    """A mapping of records with the same fields, each field's values all strings or all integers."""
+    columns = draw(COLUMNS)
+    keys = draw(st.lists(TRICKY, min_size=1, max_size=5, unique=True))
+    value = {"str": TRICKY, "int": st.integers()}
+    return {key: {field: draw(value[kind]) for field, kind in columns} for key in keys}
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables(), st.integers(0, 2))
+def test_tables_of_records_are_written_by_column(table: dict[str, dict[str, object]], depth: int) -> None:
+    """A plan's buffers take the table path (``records_text``), and come out as json.dumps writes them."""
+    assert records_text(table) == json.dumps(table, indent=1)
+    value: object = table
+    for _ in range(depth):
+        value = {"buffers": value, "other": [1]}
+    assert dumps_indented(value) == json.dumps(value, indent=1)
+
+
+@pytest.mark.parametrize("value", [
+    {"a": {"x": 1}, "b": {"y": 1}},  # other fields
+    {"a": {"x": 1, "y": 2}, "b": {"y": 2, "x": 1}},  # the same fields in another order
+    {"a": {"x": 1}, "b": {"x": "1"}},  # a column of two types
+    {"a": {"x": True}},  # bool, float and None are left to the encoders
+    {"a": {"x": 1.5}},
+    {"a": {"x": None}},
+    {"a": {}},
+    {"a": {"x": [1]}},
+    {1: {"x": 1}},
+    {},
+])
+def test_other_mappings_are_not_tables(value: dict[object, object]) -> None:
+    assert records_text(value) is None
+    assert dumps_indented({"v": value}) == json.dumps({"v": value}, indent=1)
 
 
 class Colour(enum.IntEnum):
