@@ -2,7 +2,8 @@
 and remat plans of captured models executed for measured memory and step time.
 
 Rerun: ``python scripts/bench_remat.py`` (``--time-limit S`` caps each exact solve,
-default 60 s; ``--quick`` skips the 500- and 1000-op random graphs and GPT-2 small).
+default 60 s; ``--quick`` skips the 500- and 1000-op random graphs and GPT-2 small;
+``--layered`` prints the budget rows of the random layered graphs alone, docs untouched).
 Writes the ``remat`` section of docs/benchmarks.md.
 
 Budgets are fractions of the no-remat peak (``static + LOAD`` of the graph's
@@ -290,6 +291,24 @@ def executor_tables(quick: bool) -> list[str]:
     ]
 
 
+BUDGET_HEADERS = ["graph", "ops", "recomputable", "budget",
+                  "heuristic peak", "overhead", "s", "exact peak", "overhead", "s", "gap"]
+
+
+def graph_budget_rows(name: str, graph: Graph, candidates: int,
+                      time_limit: float) -> tuple[list[list[object]], float]:
+    """The budget table's rows of one graph (heuristic and exact at each of ``BUDGETS``) and their seconds."""
+    rows: list[list[object]] = []
+    seconds = 0.0
+    for fraction in BUDGETS:
+        heuristic, s1 = budget_cell(graph, fraction, "heuristic", time_limit)
+        exact, s2 = budget_cell(graph, fraction, "exact", time_limit)
+        seconds += s1 + s2
+        rows.append([name, len(graph.ops), candidates, fraction, *heuristic, *exact])
+        log(f"  {fraction}: heuristic {heuristic}, exact {exact}")
+    return rows, seconds
+
+
 def checkmate_tables(quick: bool, time_limit: float) -> list[str]:
     """The budget, rule and chain tables (the planner's remat pass alone, by the simulator)."""
     backend = remat_ilp.available_backend() or "none (exact = heuristic)"
@@ -297,13 +316,8 @@ def checkmate_tables(quick: bool, time_limit: float) -> list[str]:
     for name, graph in graphs(quick):
         model = build_model(graph)
         log(f"remat: {name}: {len(graph.ops)} ops, {model.num_candidates} recomputable")
-        graph_seconds = 0.0
-        for fraction in BUDGETS:
-            heuristic, s1 = budget_cell(graph, fraction, "heuristic", time_limit)
-            exact, s2 = budget_cell(graph, fraction, "exact", time_limit)
-            graph_seconds += s1 + s2
-            budget_rows.append([name, len(graph.ops), model.num_candidates, fraction, *heuristic, *exact])
-            log(f"  {fraction}: heuristic {heuristic}, exact {exact}")
+        rows, graph_seconds = graph_budget_rows(name, graph, model.num_candidates, time_limit)
+        budget_rows += rows
         if "train" in name:
             rule_rows.append([name, *rule_cells(graph)])
         slowest = max(slowest, graph_seconds)
@@ -320,11 +334,7 @@ def checkmate_tables(quick: bool, time_limit: float) -> list[str]:
             "`infeasible: min = x` is the smallest feasible budget (proved by the MILP), "
             "`min <= x` the smallest found."
         ),
-        table(
-            ["graph", "ops", "recomputable", "budget",
-             "heuristic peak", "overhead", "s", "exact peak", "overhead", "s", "gap"],
-            budget_rows,
-        ),
+        table(BUDGET_HEADERS, budget_rows),
         f"Slowest graph (all four runs): {slowest:.0f}s.",
         "### Rules on the training graphs: mirror (MXNet's threshold search) and sqrt(n) checkpoints",
         table(["graph", "mirror peak", "overhead", "threshold", "s", "sqrt peak", "overhead", "s"], rule_rows),
@@ -347,7 +357,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 500- and 1000-op graphs and GPT-2 small")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact solve")
+    parser.add_argument("--layered", action="store_true",
+                        help="print the budget rows of the random layered graphs only (docs untouched)")
     args = parser.parse_args()
+    if args.layered:
+        rows = [row for name, graph in graphs(args.quick) if "train" not in name
+                for row in graph_budget_rows(name, graph, build_model(graph).num_candidates, args.time_limit)[0]]
+        print(table(BUDGET_HEADERS, rows))
+        return
     write_section("remat", section(args.quick, args.time_limit))
     log("wrote the remat section of docs/benchmarks.md")
 

@@ -53,6 +53,7 @@ scipy's HiGHS (``scipy.optimize.milp``); ``available_backend`` says which.
 from __future__ import annotations
 
 import bisect
+import time
 
 from mpplan.passes.remat.model import NEVER, RematModel
 from mpplan.passes.remat.sparse import INF, SparseMilp
@@ -79,10 +80,13 @@ class Formulation(SparseMilp):
     Mutable while ``__init__`` builds it, private to one ``solve`` call.
     """
 
-    def __init__(self, model: RematModel, dyn_budget: int | None) -> None:
+    def __init__(self, model: RematModel, dyn_budget: int | None, deadline: float | None = None) -> None:
         super().__init__()
         self.model = model
-        self.too_large = False
+        #: Over ``MAX_*``, or (``out_of_time``) not built by ``deadline`` (a ``time.perf_counter``
+        #: reading): the solve would have no time left, and a build can outlast the limit.
+        self.too_large = self.out_of_time = False
+        self.deadline = deadline
         m = model.num_candidates
         self.unit = min(_MAX_UNIT, max(1.0, max(model.size, default=1) / _SIZE_SCALE))
         costs = model.cand_cost
@@ -170,6 +174,9 @@ class Formulation(SparseMilp):
             self._memory_row(p, q, live_at[p])
             if len(self.values_nz) > MAX_NONZEROS:
                 self.too_large = True
+                return
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                self.too_large = self.out_of_time = True
                 return
 
     def _memory_row(self, p: int, q: int | None, storages: list[int]) -> None:

@@ -37,8 +37,8 @@ class MilpArrays(Protocol):
 @dataclass(frozen=True, slots=True)
 class IlpSolution:
     """A solve's outcome.  ``chosen``: candidate indices (``None``: no solution);
-    ``status``: ``optimal``, ``time_limit``, ``infeasible``, ``too_large`` or
-    ``error``; ``objective``/``bound``: the best cost found and a proved lower bound
+    ``status``: ``optimal``, ``time_limit``, ``infeasible``, ``too_large`` (over the
+    size limits, or not built within the time limit) or ``error``; ``objective``/``bound``: the best cost found and a proved lower bound
     on it (bytes of dynamic peak when minimising the peak); ``size``: columns, rows,
     nonzeros of the MILP."""
 
@@ -80,11 +80,12 @@ def solve(
     backend = backend or available_backend()
     if backend is None:
         return IlpSolution(None, "error", None, None, 0.0, "none", "no MILP backend installed")
-    built = Formulation(model, dyn_budget)
+    built = Formulation(model, dyn_budget, deadline=clock + time_limit_s)
     if built.too_large:
+        why = f"not built within {time_limit_s:g} s" if built.out_of_time else f"over {MAX_NONZEROS:,} nonzeros"
         return IlpSolution(
             None, "too_large", None, None, round(time.perf_counter() - clock, 6), backend,
-            f"MILP skipped: over {MAX_NONZEROS:,} nonzeros; used the heuristic",
+            f"MILP skipped: {why}; used the heuristic",
         )
     warm = warm_values(built, warm_start) if warm_start is not None and backend == "highs" else None
     remaining = max(0.1, time_limit_s - (time.perf_counter() - clock))
