@@ -150,10 +150,10 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
         "own) and the running op's `scratch` (a result still copied in) hold at one step; without the arena it is "
         "static + LOAD.  "
         + ("Measured is the CUDA allocator's `max_memory_allocated` over the timed steps, above what the GPU held "
-           "before (cuBLAS's workspaces included there).  In arena mode the prediction also holds, at each op's "
-           "step, the workspace its kernels took in the warm-up step (cuDNN's convolutions, the efficient-attention "
-           "backward, multi-block reductions: memory no traced value shows; `runtime/workspace.py`); without the "
-           "arena it does not, which is most of those rows' error."
+           "before (cuBLAS's workspaces included there).  With the arena and without, the prediction also holds, "
+           "at each op's step, the workspace its kernels took in the warm-up step (cuDNN's convolutions, the "
+           "efficient-attention backward, multi-block reductions: memory no traced value shows; "
+           "`runtime/workspace.py`)."
            if device.type == "cuda" else
            "Measured on a virtual device counts every storage alive at once, transients included, as the CUDA "
            "allocator does."),
