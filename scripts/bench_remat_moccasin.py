@@ -10,8 +10,10 @@ seconds, recomputes, and how many records state a cut (``from_op``).
 ``--milp SECONDS`` then solves the cut-choosing MILP (``mpplan.passes.remat.cutexact``: one
 recompute per tensor, each cut at any gap), started from that answer when it is one round, and
 prints its best overhead and the overhead it proves no choice of that model goes under.
+``--lns SECONDS`` runs the large-neighbourhood search on that MILP (``mpplan.passes.remat.cutlns``)
+from the cell's answer, when it is one round, and prints its overhead.
 
-Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--time-limit 60] [--milp 60]``.
+Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--time-limit 60] [--milp 60] [--lns 120]``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ import time
 
 from benchlib import SHARED_DATA
 
+from mpplan import sim
 from mpplan.capture.graph_file import load_graph
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
-from mpplan.passes.remat import build_model, remat
+from mpplan.passes.remat import apply_recompute, build_model, remat
 from mpplan.passes.remat.api import RematResult
-from mpplan.passes.remat.cutexact import option_of, solve_cuts
-from mpplan.passes.remat.model import SUFFIX
+from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts
+from mpplan.passes.remat.cutlns import lns_cuts
+from mpplan.passes.remat.cutmilp import cut_options
+from mpplan.passes.remat.model import SUFFIX, RematModel
 from mpplan.passes.remat.rewriting import repeated_op
 
 
@@ -36,6 +41,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="250,1000", help="comma-separated graph sizes (random_layered_n<size>)")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per budget (soft)")
     parser.add_argument("--milp", type=float, default=0.0, help="seconds for the cut MILP after each cell (0: none)")
+    parser.add_argument("--lns", type=float, default=0.0, help="seconds for the cut LNS after each cell (0: none)")
     args = parser.parse_args()
     for size in args.sizes.split(","):
         (path,) = SHARED_DATA.glob(f"random_layered_n{size}_*.json")
@@ -52,6 +58,32 @@ def main() -> None:
                   f"recomputes {len(r.recompute_ops)} cuts {len(r.from_ops)}", flush=True)
             if args.milp > 0:
                 print(f"  cut MILP: {milp_line(graph, r, args.milp)}", flush=True)
+            if args.lns > 0:
+                print(f"  cut LNS: {lns_line(graph, r, args.lns)}", flush=True)
+
+
+def one_round(model: RematModel, r: RematResult) -> dict[int, int] | None:
+    """``r``'s answer as the cut MILP's choice (candidate -> option), or ``None`` when it is
+    not one round of the cut model."""
+    names = [repeated_op(op) for op in r.recompute_ops]
+    return None if any(SUFFIX in n for n in names) else option_of(model, names, r.from_ops)
+
+
+def lns_line(graph: Graph, r: RematResult, seconds: float) -> str:
+    """The overhead of ``lns_cuts`` started from ``r`` within ``seconds``, its plan's
+    peak checked by ``sim`` on the rewritten graph."""
+    clock = time.perf_counter()
+    model = build_model(graph)
+    start, options = one_round(model, r), cut_options(model)
+    if r.budget_bytes is None or start is None or options is None:
+        return "not one round of the cut model"
+    found = lns_cuts(model, options, start, r.budget_bytes, clock + seconds)
+    names, from_ops = choice_names(model, found)
+    rewritten = apply_recompute(graph, names, from_ops)
+    fits = sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))) <= r.budget_bytes
+    total = sum(op.cost for op in graph.ops)
+    return (f"{100 * sum(model.cand_cost[i] for i in found) / total:.2f}% fits {fits}, "
+            f"{time.perf_counter() - clock:.1f}s")
 
 
 def milp_line(graph: Graph, r: RematResult, seconds: float) -> str:
@@ -61,8 +93,7 @@ def milp_line(graph: Graph, r: RematResult, seconds: float) -> str:
     if r.budget_bytes is None:
         return "no budget"
     model = build_model(graph)
-    names = [repeated_op(op) for op in r.recompute_ops]
-    warm = None if any(SUFFIX in n for n in names) else option_of(model, names, r.from_ops)
+    warm = one_round(model, r)
     found = solve_cuts(model, r.budget_bytes - model.static_bytes, seconds, warm=warm)
     if found is None:
         return f"no answer (outside the model, too large, or none in time) {time.perf_counter() - clock:.1f}s"

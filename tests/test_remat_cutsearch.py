@@ -23,6 +23,7 @@ from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutsearch import improve_cuts, search_cuts, with_cuts
 from mpplan.passes.remat.evaluation import evaluate
+from mpplan.passes.remat.model import RematModel
 from mpplan.verify import verify
 
 
@@ -49,11 +50,16 @@ def test_with_cuts_is_the_model_built_with_those_cuts(graph: Graph, data: st.Dat
 
 
 def searched(graph: Graph, start: dict[int, int], budget: int) -> tuple[tuple[str, ...], dict[str, str], float]:
-    """The search's answer from ``start``, after checking it fits (``sim``), costs what it
-    says and plans into a plan the verifier passes."""
+    """The search's answer from ``start``, ``checked``."""
     model = build_model(graph)
     options = cut_options(model) or []
-    found = improve_cuts(model, options, start, budget, time.perf_counter() + 10.0)
+    return checked(graph, model, improve_cuts(model, options, start, budget, time.perf_counter() + 10.0), budget)
+
+
+def checked(graph: Graph, model: RematModel, found: dict[int, int],
+            budget: int) -> tuple[tuple[str, ...], dict[str, str], float]:
+    """A search's answer ``found`` as names, cuts and cost, after checking it fits
+    (``sim``), costs what it says and plans into a plan the verifier passes."""
     names, from_ops = choice_names(model, found)
     rewritten = apply_recompute(graph, names, from_ops)
     assert peak(rewritten) <= budget
@@ -64,14 +70,11 @@ def searched(graph: Graph, start: dict[int, int], budget: int) -> tuple[tuple[st
     return names, from_ops, cost
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(gapped_graphs(), small_dags()), st.floats(0.0, 0.9), st.data())
-def test_the_search_fits_never_costs_more_than_its_start_nor_less_than_brute_force(
-        graph: Graph, fraction: float, data: st.DataObject) -> None:
-    """From every candidate at a random cut, for a budget between that start's peak and
-    the peak without recomputation (the start's, when recomputing everything raises the
-    peak: ``test_recomputing_every_candidate_can_raise_the_peak``), so the start fits as
-    ``improve_cuts`` requires."""
+def fitting_start(graph: Graph, fraction: float, data: st.DataObject) -> tuple[dict[int, int], int]:
+    """Every candidate at a random cut, and a budget between that start's peak and the
+    peak without recomputation (the start's, when recomputing everything raises the peak:
+    ``test_recomputing_every_candidate_can_raise_the_peak``), so the start fits as the
+    searches require; graphs with over 2000 choices are left out (brute force)."""
     model = build_model(graph)
     options = cut_options(model)
     assume(options is not None)
@@ -82,9 +85,17 @@ def test_the_search_fits_never_costs_more_than_its_start_nor_less_than_brute_for
     assume(combos <= 2000)
     start = {i: data.draw(st.integers(0, len(opts) - 1)) for i, opts in enumerate(options)}
     least = evaluate(with_cuts(model, options, start), start).peak
-    budget = least + int(fraction * max(0, peak(graph) - least))
+    return start, least + int(fraction * max(0, peak(graph) - least))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(gapped_graphs(), small_dags()), st.floats(0.0, 0.9), st.data())
+def test_the_search_fits_never_costs_more_than_its_start_nor_less_than_brute_force(
+        graph: Graph, fraction: float, data: st.DataObject) -> None:
+    """From a ``fitting_start``."""
+    start, budget = fitting_start(graph, fraction, data)
     *_, cost = searched(graph, start, budget)
-    assert cost <= sum(model.cand_cost[i] for i in start)
+    assert cost <= sum(build_model(graph).cand_cost[i] for i in start)
     exact = least_cut_cost(graph, budget)
     assert exact is not None and cost >= exact - 1e-9
 
