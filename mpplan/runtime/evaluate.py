@@ -28,6 +28,7 @@ import torch
 from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec
 from mpplan.plan import Plan
 from mpplan.runtime import devices as devices_mod
+from mpplan.runtime.allocation import allocated, cuda_block_bytes
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.eager import EagerRun, Snapshot, run_eager
 from mpplan.runtime.executor import Executor, StepValues
@@ -205,13 +206,17 @@ def _run_planned(
     # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run holds
     # outside the arena beyond that (a plan made without it) and its kernels' workspaces are placed at their
     # ops' steps.  Without an arena every result is its own allocation: static + LOAD, and the workspaces.
+    # A GPU's allocator also counts each allocation rounded up to its block size (``allocation``).
     workspaces = probe.found if probe is not None else {}
     if arena:
         storages = _peaks(held_by_run(plan, executor.op_scratch, {}))
-        allocator = _peaks(held_by_run(plan, executor.op_scratch, workspaces)) if workspaces else storages
     else:
         storages = {d.name: d.lower_bound_bytes for d in plan.devices}
-        allocator = held_without_arena(schedule.placed, plan, workspaces) if workspaces else storages
+    allocator = storages
+    if device_map.cuda_devices:
+        rounded = allocated(plan, schedule.placed)
+        allocator = (_peaks(held_by_run(rounded, executor.op_scratch, workspaces)) if arena
+                     else held_without_arena(schedule.placed, rounded, workspaces, cuda_block_bytes))
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
