@@ -44,6 +44,12 @@ __all__ = ["evaluate", "evaluate_program"]
 
 logger = logging.getLogger("mpplan")
 
+#: Eager steps from the same seed that may measure eager's run-to-run noise when the numerics disagree.  One
+#: pair of runs is one sample of a non-deterministic kernel's spread (cuDNN's convolution backward, atomics):
+#: on an H200 a no-arena zoo_resnet run, the executor's own kernels, failed once in eight against a pair that
+#: happened to agree closely.  More are run only while the runs differ at all.
+EAGER_NOISE_RUNS = 3
+
 
 def evaluate(
     plan: Plan,
@@ -127,13 +133,15 @@ def evaluate_program(
         mine = _complete(planned.snapshot, model)
         numerics = compare(mine, baseline.snapshot)
         if not numerics.ok:
-            # Ground the tolerance in eager's own run-to-run noise: a second eager step from the same seed.
-            again = run_eager(
-                model, example_inputs, mode=program.mode, optimizer=program.optimizer, loss_fn=loss_fn,
-                device=eager_device, steps=1, warmup=0, seed=seed,
-            )
-            _release(device_map)
-            numerics = compare(mine, baseline.snapshot, again.snapshot)
+            def eager_again() -> Snapshot:
+                again = run_eager(
+                    model, example_inputs, mode=program.mode, optimizer=program.optimizer, loss_fn=loss_fn,
+                    device=eager_device, steps=1, warmup=0, seed=seed,
+                )
+                _release(device_map)
+                return again.snapshot
+
+            numerics = grounded_in_noise(mine, baseline.snapshot, eager_again)
         if not numerics.ok:
             numerics = _diagnose(numerics, schedule, model, example_inputs, device_map, arena, seed)
     return Measurement(
@@ -285,6 +293,19 @@ def _complete(snapshot: Snapshot, model: torch.nn.Module) -> Snapshot:
         if name not in state:
             state[name] = value.detach().to("cpu", copy=True)
     return Snapshot(snapshot.outputs, snapshot.grads, state)
+
+
+def grounded_in_noise(planned: Snapshot, eager: Snapshot, eager_again: Callable[[], Snapshot],
+                      runs: int = EAGER_NOISE_RUNS) -> Numerics:
+    """``compare`` with the tolerance grounded in eager's own run-to-run noise: up to ``runs`` more eager
+    steps from the same seed (``eager_again``), while the comparison fails and they differ at all (never
+    more than one on a CPU, where eager repeats itself bit for bit)."""
+    agains = [eager_again()]
+    numerics = compare(planned, eager, agains)
+    while not numerics.ok and numerics.noise and len(agains) < runs:
+        agains.append(eager_again())
+        numerics = compare(planned, eager, agains)
+    return numerics
 
 
 def _diagnose(
