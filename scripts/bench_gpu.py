@@ -153,7 +153,8 @@ def section(rows: list[Row], device: torch.device, steps: int, quick: bool, part
            "before (cuBLAS's workspaces included there).  With the arena and without, the prediction also holds, "
            "at each op's step, the workspace its kernels took in the warm-up step (cuDNN's convolutions, the "
            "efficient-attention backward, multi-block reductions: memory no traced value shows; "
-           "`runtime/workspace.py`)."
+           "`runtime/workspace.py`), and counts each allocation (a static storage, a block, the arena, without "
+           "the arena each storage) rounded up to 512 bytes, as the allocator does (`runtime/allocation.py`)."
            if device.type == "cuda" else
            "Measured on a virtual device counts every storage alive at once, transients included, as the CUDA "
            "allocator does."),

@@ -40,6 +40,7 @@ import copy
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,7 @@ from mpplan.capture.torch_capture import default_loss
 from mpplan.config import Device
 from mpplan.errors import InfeasibleError
 from mpplan.planner import PlannerSettings
-from mpplan.runtime import apply, capture_for
+from mpplan.runtime import PlannedModule, apply, capture_for
 from mpplan.runtime.apply_budget import plan_for_apply
 from mpplan.runtime.devices import warm_up
 from mpplan.runtime.recompute import module_calls
@@ -188,8 +189,10 @@ def train(module: torch.nn.Module, inputs: Any, device: torch.device, *, meter: 
         if meter and not cuda:
             with MeteringMode(storage, device), counter:
                 loss = _step(module, inputs, opt)
-        else:
-            loss = _step(module, inputs, opt)
+        else:  # on a GPU apply's first step probes its kernels' workspaces, which its prediction then holds
+            probing = module.probing() if cuda and i == 0 and isinstance(module, PlannedModule) else nullcontext()
+            with probing:
+                loss = _step(module, inputs, opt)
         if cuda:
             torch.cuda.synchronize(device)
         if i:

@@ -32,6 +32,7 @@ from mpplan.runtime.arena import exact_rewrite, out_variant
 from mpplan.runtime.eager import Snapshot
 from mpplan.runtime.executor import Executor
 from mpplan.runtime.measure import error_pct
+from mpplan.runtime.evaluate import grounded_in_noise
 from mpplan.runtime.numerics import compare, first_bad_op
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for, meta_twin
@@ -818,3 +819,26 @@ def test_eager_noise_grounds_the_tolerance() -> None:
     wrong = compare(Snapshot((base + 1e-3,), {}, {}), eager, again)
     assert not wrong.ok and "noise" in wrong.detail
     assert compare(eager, eager, eager).noise == 0.0
+    # One pair of runs that happened to agree closely is one sample of the noise: more runs, the largest counts.
+    close = Snapshot((base + 1e-7,), {}, {})
+    assert not compare(planned, eager, close).ok
+    several = compare(planned, eager, (close, again))
+    assert several.ok and several.noise == pytest.approx(2e-5, rel=1e-3)
+    assert not compare(Snapshot((base + 1e-3,), {}, {}), eager, (close, again)).ok
+
+
+def test_eager_is_run_again_while_its_runs_differ_and_the_numerics_disagree() -> None:
+    """Another eager step while the comparison fails and eager's runs differ at all; one where they agree."""
+    base = torch.full((4,), 1e-3)
+    eager, planned = Snapshot((base,), {}, {}), Snapshot((base + 3e-5,), {}, {})
+    runs = iter([Snapshot((base + 1e-7,), {}, {}), Snapshot((base + 2e-5,), {}, {}), Snapshot((base,), {}, {})])
+    made = []
+
+    def eager_again() -> Snapshot:
+        made.append(next(runs))
+        return made[-1]
+
+    assert grounded_in_noise(planned, eager, eager_again).ok and len(made) == 2
+    made.clear()
+    assert not grounded_in_noise(planned, eager, lambda: eager).ok  # bit for bit (a CPU): one run, no more
+    assert not grounded_in_noise(Snapshot((base + 1e-3,), {}, {}), eager, eager_again, runs=2).ok

@@ -14,6 +14,7 @@ from mpplan.plan import Block
 from mpplan import sim
 from mpplan.capture import synthetic
 from mpplan.planner import PlannerSettings, placed_graph, plan
+from mpplan.runtime.allocation import allocated, cuda_block_bytes
 from mpplan.runtime.redirect import ExecMode
 from mpplan.runtime.scratch import held_by_run, held_without_arena, with_blocks, with_scratch
 from mpplan.runtime.tracking import StorageMeter
@@ -120,3 +121,24 @@ def test_without_an_arena_a_workspace_is_held_beside_the_storages_live_at_its_op
     ops = single.schedule
     assert held_without_arena(listed, single, {ops[quiet]: room}) == {"gpu0": peak}  # fills a quiet step: no more
     assert held_without_arena(listed, single, {ops[quiet]: room + 5, ops[-1]: 1}) == {"gpu0": peak + 5}
+
+
+def test_the_allocators_prediction_rounds_each_allocation_up_to_512_bytes() -> None:
+    """Static storages, arena blocks and (without an arena) dynamic storages are allocations of their own: the
+    CUDA allocator counts each rounded up to 512 bytes, so a plan's exact bytes read low on small tensors."""
+    graph = chain(4, nbytes=600)  # a 600-byte input, four 16-byte params, four 600-byte activations
+    planned = plan(graph, [device()], PlannerSettings(alignment=1))
+    verify(graph, planned)
+    placed = placed_graph(graph, planned)
+    counted = allocated(planned, placed)
+    exact, rounded = planned.devices[0], counted.devices[0]
+    assert (exact.static_bytes, rounded.static_bytes) == (600 + 4 * 16, 1024 + 4 * 512)
+    assert rounded.arena_bytes == cuda_block_bytes(exact.arena_bytes) and rounded.arena_bytes % 512 == 0
+    # Without an arena: two 600-byte activations live at once at the busiest step, each a 1024-byte block.
+    assert held_without_arena(placed, planned, {}) == {"gpu0": 664 + 1200}
+    assert held_without_arena(placed, counted, {}, cuda_block_bytes) == {"gpu0": 3072 + 2048}
+    # In blocks: each block rounded on its own, beside the rounded static.
+    d = exact.name
+    blocked = with_blocks(planned, (Block(d, 0, 600, 0, 1), Block(d, 600, 600, 1, 3)), {})
+    assert blocked.devices[0].peak_bytes == 664 + 1200
+    assert held_by_run(allocated(blocked, placed), {}, {}).devices[0].peak_bytes == 3072 + 2048

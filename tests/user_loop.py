@@ -64,9 +64,14 @@ def metered_loop(module, opt, inputs, steps: int = 3, device: str = "cpu", calls
 
 
 def cuda_loop_peak(wrapped, opt, inputs, device: torch.device, base: int, steps: int = 3) -> int:
-    """The CUDA allocator's peak over the steps after the first, above ``base`` (what was allocated before)."""
+    """The CUDA allocator's peak over the steps after the first, above ``base`` (what was allocated before).
+    The first step probes the kernels' workspaces (``PlannedModule.probing``), which the prediction then holds."""
     cuda_inputs = [x.to(device) for x in inputs]
     for i in range(steps):
+        if i == 0:
+            with wrapped.probing():
+                _step(wrapped, opt, cuda_inputs)
+            continue
         if i == 1:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(device)

@@ -37,6 +37,9 @@ What it does, from the plan and the captured graph:
 Memory is eager autograd's (saved tensors, ``.grad``, the optimizer's temporaries),
 not the plan's arenas: ``PlannedModule.prediction()`` is the peak predicted for
 that (``mpplan.runtime.apply_memory``), which the tests hold the measured peak to.
+On a GPU the kernels also take workspaces no traced value shows: run one step inside
+``with m.probing():`` and the prediction holds them from then on
+(``mpplan.runtime.apply_workspace``).
 What it does not honour: the plan's op order, its frees, arenas and offsets, and
 cuts that fall inside one submodule's own code (those ops follow the submodule's
 first op).  ``evaluate`` is the faithful, measured execution of the plan itself.
@@ -56,11 +59,14 @@ from torch.utils import _pytree as pytree
 from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec, SourceRole
 from mpplan.plan import Plan
 from mpplan.runtime.apply_memory import ApplyPrediction, predict_apply
+from mpplan.runtime.allocation import cuda_block_bytes
 from mpplan.runtime.apply_step import StepInBackward, optimizer_path as optimizer_path_of
+from mpplan.runtime.apply_workspace import op_workspaces, probing_calls
 from mpplan.runtime.devices import DevicesArg, map_devices
 from mpplan.runtime.recompute import RecomputeHooks, RecomputePolicy, module_calls
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for
+from mpplan.runtime.workspace import WorkspaceProbe
 
 __all__ = ["PlannedModule", "apply", "module_devices"]
 
@@ -165,6 +171,8 @@ class PlannedModule(torch.nn.Module):
         self.module_devices = MappingProxyType(dict(module_devices))
         self.planned = MappingProxyType(dict(planned or {}))
         self.stepping: StepInBackward | None = None
+        #: IR op -> the workspace its kernels took in the steps run under ``probing`` (bytes).
+        self.workspaces: dict[str, int] = {}
         self._stack: list[torch.device] = []
         self._handles: list[Any] = []
         self._place_state()
@@ -206,12 +214,30 @@ class PlannedModule(torch.nn.Module):
             raise ValueError("prediction: this PlannedModule was not made by apply (it has no captured program)")
         if optimizer_path is None and self.stepping is not None:
             optimizer_path = optimizer_path_of(self.stepping.optimizer)
+        on_cuda = all(p.device.type == "cuda" for p in self.module.parameters())
         if optimizer_path is None:
-            on_cuda = all(p.device.type == "cuda" for p in self.module.parameters())
             optimizer_path = "foreach" if on_cuda else "single"
         return predict_apply(self.program, self.recompute_ops, optimizer_path=optimizer_path,
                              step_in_backward=self.stepping is not None,
-                             from_ops=self.hooks.policy.from_ops if self.hooks is not None else None)
+                             from_ops=self.hooks.policy.from_ops if self.hooks is not None else None,
+                             workspaces=self.workspaces, allocation=cuda_block_bytes if on_cuda else None)
+
+    @contextmanager
+    def probing(self, probe: WorkspaceProbe | None = None,
+                device_types: tuple[str, ...] = ("cuda",)) -> Iterator[WorkspaceProbe]:
+        """Measure the workspaces the GPU kernels of the steps run inside take (one warm-up step is enough);
+        ``prediction`` holds each at its op's step from then on.
+
+        The probe resets the allocator's peak statistics around each call, so measure peaks after it.
+        ``probe`` reads the CUDA allocator by default; ``device_types`` are the devices whose calls it
+        probes (tests probe the CPU's with a simulated allocator).
+        """
+        if self.program is None:
+            raise ValueError("probing: this PlannedModule was not made by apply (it has no captured program)")
+        with probing_calls(probe if probe is not None else WorkspaceProbe(), device_types) as used:
+            yield used
+        for op, nbytes in op_workspaces(self.program, used.found).items():
+            self.workspaces[op] = max(nbytes, self.workspaces.get(op, 0))
 
     def remove(self) -> None:
         """Take the hooks off (parameters stay where they are); the optimizer steps at ``step()`` again."""

@@ -39,7 +39,7 @@ capture recorded, then the optimizer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from mpplan import sim
@@ -58,7 +58,9 @@ OPTIMIZER_PATHS = ("single", "foreach")
 class ApplyPrediction:
     """The peak ``apply`` is predicted to hold in a user's loop, and its parts.
 
-    ``peak_bytes = static_bytes + load_bytes`` (``sim``) over ``graph``;
+    ``peak_bytes = static_bytes + load_bytes + workspace_bytes`` (``sim``) over
+    ``graph``: ``load_bytes`` is LOAD, ``workspace_bytes`` what the kernels'
+    workspaces, held at their ops' steps, add to it (0 unless probed);
     ``recompute_ops`` are the forward ops recomputed, ``optimizer_path`` the
     ``torch.optim`` path modelled, ``step_in_backward`` whether the update runs per
     parameter inside backward.
@@ -71,6 +73,7 @@ class ApplyPrediction:
     optimizer_path: str
     graph: Graph
     step_in_backward: bool = False
+    workspace_bytes: int = 0
 
 
 def predict_apply(
@@ -80,17 +83,34 @@ def predict_apply(
     optimizer_path: str = "single",
     step_in_backward: bool = False,
     from_ops: Mapping[str, str] | None = None,
+    workspaces: Mapping[str, int] | None = None,
+    allocation: Callable[[int], int] | None = None,
 ) -> ApplyPrediction:
     """Predict ``apply``'s peak for ``program`` with ``recompute_ops`` recomputed (module docstring).
 
     ``from_ops``: recomputed tensor -> the op its late region starts at, where a cut says.
+    ``workspaces``: IR op -> bytes its kernels take while it runs (``apply_workspace``), held
+    beside the storages live at its step, and at its recomputes'.  ``allocation``: bytes ->
+    bytes an allocator counts for one storage (``allocation.cuda_block_bytes`` on a GPU, where
+    eager makes every storage an allocation of its own).
     """
     ops = tuple(recompute_ops)
     graph = apply_memory_graph(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward,
                                from_ops=from_ops)
-    static = sim.static_bytes(graph)
-    load = sim.order_load(graph, range(len(graph.ops)))
-    return ApplyPrediction(static + load, static, load, ops, optimizer_path, graph, step_in_backward)
+    counted = graph if allocation is None else _allocated(graph, allocation)
+    static = sim.static_bytes(counted)
+    profile = sim.order_profile(counted, range(len(graph.ops)))
+    load = max(profile, default=0)
+    found = workspaces or {}
+    held = max((live + found.get(op.name, found.get(op.recompute_of or "", 0))
+                for live, op in zip(profile, graph.ops)), default=0)
+    return ApplyPrediction(static + held, static, load, ops, optimizer_path, graph, step_in_backward, held - load)
+
+
+def _allocated(graph: Graph, allocation: Callable[[int], int]) -> Graph:
+    """``graph`` with each storage (a tensor that aliases none) as ``allocation`` counts it."""
+    tensors = tuple(t if t.alias_of is not None else replace(t, nbytes=allocation(t.nbytes)) for t in graph.tensors)
+    return replace(graph, tensors=tensors)
 
 
 def apply_memory_graph(

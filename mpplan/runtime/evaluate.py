@@ -28,6 +28,7 @@ import torch
 from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec
 from mpplan.plan import Plan
 from mpplan.runtime import devices as devices_mod
+from mpplan.runtime.allocation import allocated, cuda_block_bytes
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.eager import EagerRun, Snapshot, run_eager
 from mpplan.runtime.executor import Executor, StepValues
@@ -42,6 +43,12 @@ from mpplan.runtime.workspace import WorkspaceProbe
 __all__ = ["evaluate", "evaluate_program"]
 
 logger = logging.getLogger("mpplan")
+
+#: Eager steps from the same seed that may measure eager's run-to-run noise when the numerics disagree.  One
+#: pair of runs is one sample of a non-deterministic kernel's spread (cuDNN's convolution backward, atomics):
+#: on an H200 a no-arena zoo_resnet run, the executor's own kernels, failed once in eight against a pair that
+#: happened to agree closely.  More are run only while the runs differ at all.
+EAGER_NOISE_RUNS = 3
 
 
 def evaluate(
@@ -126,13 +133,15 @@ def evaluate_program(
         mine = _complete(planned.snapshot, model)
         numerics = compare(mine, baseline.snapshot)
         if not numerics.ok:
-            # Ground the tolerance in eager's own run-to-run noise: a second eager step from the same seed.
-            again = run_eager(
-                model, example_inputs, mode=program.mode, optimizer=program.optimizer, loss_fn=loss_fn,
-                device=eager_device, steps=1, warmup=0, seed=seed,
-            )
-            _release(device_map)
-            numerics = compare(mine, baseline.snapshot, again.snapshot)
+            def eager_again() -> Snapshot:
+                again = run_eager(
+                    model, example_inputs, mode=program.mode, optimizer=program.optimizer, loss_fn=loss_fn,
+                    device=eager_device, steps=1, warmup=0, seed=seed,
+                )
+                _release(device_map)
+                return again.snapshot
+
+            numerics = grounded_in_noise(mine, baseline.snapshot, eager_again)
         if not numerics.ok:
             numerics = _diagnose(numerics, schedule, model, example_inputs, device_map, arena, seed)
     return Measurement(
@@ -205,13 +214,17 @@ def _run_planned(
     # The plan's peak counts the scratch it was made with (``scratch.plan_with_scratch``); what the run holds
     # outside the arena beyond that (a plan made without it) and its kernels' workspaces are placed at their
     # ops' steps.  Without an arena every result is its own allocation: static + LOAD, and the workspaces.
+    # A GPU's allocator also counts each allocation rounded up to its block size (``allocation``).
     workspaces = probe.found if probe is not None else {}
     if arena:
         storages = _peaks(held_by_run(plan, executor.op_scratch, {}))
-        allocator = _peaks(held_by_run(plan, executor.op_scratch, workspaces)) if workspaces else storages
     else:
         storages = {d.name: d.lower_bound_bytes for d in plan.devices}
-        allocator = held_without_arena(schedule.placed, plan, workspaces) if workspaces else storages
+    allocator = storages
+    if device_map.cuda_devices:
+        rounded = allocated(plan, schedule.placed)
+        allocator = (_peaks(held_by_run(rounded, executor.op_scratch, workspaces)) if arena
+                     else held_without_arena(schedule.placed, rounded, workspaces, cuda_block_bytes))
     results = []
     for d in plan.devices:
         torch_device = device_map.torch_device(d.name)
@@ -280,6 +293,19 @@ def _complete(snapshot: Snapshot, model: torch.nn.Module) -> Snapshot:
         if name not in state:
             state[name] = value.detach().to("cpu", copy=True)
     return Snapshot(snapshot.outputs, snapshot.grads, state)
+
+
+def grounded_in_noise(planned: Snapshot, eager: Snapshot, eager_again: Callable[[], Snapshot],
+                      runs: int = EAGER_NOISE_RUNS) -> Numerics:
+    """``compare`` with the tolerance grounded in eager's own run-to-run noise: up to ``runs`` more eager
+    steps from the same seed (``eager_again``), while the comparison fails and they differ at all (never
+    more than one on a CPU, where eager repeats itself bit for bit)."""
+    agains = [eager_again()]
+    numerics = compare(planned, eager, agains)
+    while not numerics.ok and numerics.noise and len(agains) < runs:
+        agains.append(eager_again())
+        numerics = compare(planned, eager, agains)
+    return numerics
 
 
 def _diagnose(

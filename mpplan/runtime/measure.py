@@ -25,7 +25,9 @@ What is measured depends on where a planned device ran (``source``):
   less ``allocator_base_bytes``, what the GPU held before the run was built (other
   tensors of the process, and the cuBLAS/cuBLASLt workspaces, created first on
   purpose so that neither the plan nor eager is charged for them).  It includes
-  the allocator's rounding (512-byte blocks, not modelled), results computed
+  the allocator's rounding (512-byte blocks, which the prediction counts for each
+  static storage, arena block and, without an arena, each storage:
+  ``runtime/allocation.py``), results computed
   outside the arena and copied in (``transient_peak_bytes``), and scratch memory
   kernels allocate for themselves (cuDNN convolution workspaces, reductions' partial
   sums), which the warm-up step measures per op and the prediction places at the

@@ -11,9 +11,10 @@ parameters and buffers after the update) against eager's.  The tolerance is
 * float16/bfloat16: rtol 1e-2, atol 1e-2;
 * integers and bools: exact;
 
-plus, when a second eager step from the same seed is given (``eager_again``), the
+plus, when further eager steps from the same seed are given (``eager_again``), the
 noise eager shows against itself: ``NOISE_FACTOR`` times the largest difference
-between the two eager runs on that tensor.  On a GPU, kernels that are not
+of any of them from the first eager run on that tensor (``evaluate`` runs up to
+``EAGER_NOISE_RUNS`` while the runs differ and the check fails).  On a GPU, kernels that are not
 deterministic (atomics in embedding's and attention's backward, cuDNN's
 convolution backward) make two eager runs differ, and Adam's normalised update
 magnifies that where the second moment is small; such a difference is noise, not
@@ -44,6 +45,7 @@ Random ops draw from separate, identically seeded generator states in the runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -78,32 +80,33 @@ class _Diff:
     note: str | None = None
 
 
-def compare(planned: Snapshot, eager: Snapshot, eager_again: Snapshot | None = None) -> Numerics:
+def compare(planned: Snapshot, eager: Snapshot, eager_again: Snapshot | Sequence[Snapshot] | None = None) -> Numerics:
     """Compare two first-step snapshots; ``first_bad_op`` is left for ``first_bad_op`` to fill.
 
-    ``eager_again``, a second eager step from the same seed, grounds the tolerance in
-    eager's own run-to-run noise (see the module docstring); ``Numerics.noise`` is
-    the largest difference between the two eager runs.
+    ``eager_again``, one or more further eager steps from the same seed, grounds the
+    tolerance in eager's own run-to-run noise (see the module docstring): per tensor,
+    the largest difference of any of them from ``eager``.  ``Numerics.noise`` is the
+    largest of those over all tensors.
     """
+    agains = () if eager_again is None else (eager_again,) if isinstance(eager_again, Snapshot) else tuple(eager_again)
     diffs: list[_Diff] = []
     noise = 0.0
     if len(planned.outputs) != len(eager.outputs):
         diffs.append(_Diff("outputs", math.inf, False, False,
                            f"planned run returned {len(planned.outputs)} outputs, eager {len(eager.outputs)}"))
-    again_outputs = eager_again.outputs if eager_again is not None else (None,) * len(eager.outputs)
-    for i, (a, b, c) in enumerate(zip(planned.outputs, eager.outputs, again_outputs)):
-        n = _noise(b, c)
+    for i, (a, b) in enumerate(zip(planned.outputs, eager.outputs)):
+        n = max((_noise(b, run.outputs[i] if i < len(run.outputs) else None) for run in agains), default=0.0)
         noise = max(noise, n)
         diffs.append(_diff(f"output[{i}]", a, b, n))
     sections = (("grad", planned.grads, eager.grads), ("state", planned.state, eager.state))
     for section, mine, theirs in sections:
-        again = {} if eager_again is None else (eager_again.grads if section == "grad" else eager_again.state)
+        others = [run.grads if section == "grad" else run.state for run in agains]
         for key in sorted(set(mine) | set(theirs)):
             if key not in mine or key not in theirs:
                 where = "planned run" if key not in mine else "eager run"
                 diffs.append(_Diff(f"{section}[{key}]", math.inf, False, False, f"missing from the {where}"))
                 continue
-            n = _noise(theirs[key], again.get(key))
+            n = max((_noise(theirs[key], other.get(key)) for other in others), default=0.0)
             noise = max(noise, n)
             diffs.append(_diff(f"{section}[{key}]", mine[key], theirs[key], n))
     rtol, atol = tolerance(_main_dtype(planned))
@@ -120,7 +123,7 @@ def compare(planned: Snapshot, eager: Snapshot, eager_again: Snapshot | None = N
         worst=None if worst is None else worst.key,
         detail=None if bad is None else (bad.note or f"{bad.key} differs from eager by up to {bad.max_abs:g}"
                                          + (f", beyond eager's own run-to-run noise {noise:g}" if noise else "")),
-        noise=None if eager_again is None else noise,
+        noise=None if not agains else noise,
     )
 
 

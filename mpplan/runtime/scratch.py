@@ -22,7 +22,7 @@ one step, which is what the run measures.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Set as AbstractSet
+from collections.abc import Callable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 
 from mpplan import sim
@@ -219,17 +219,20 @@ def held_by_run(plan: Plan, scratch: Mapping[str, int], workspaces: Mapping[str,
     return with_blocks(plan, plan.blocks, held) if plan.blocks else with_scratch(plan, held)
 
 
-def held_without_arena(placed: Placed, plan: Plan, workspaces: Mapping[str, int]) -> dict[str, int]:
+def held_without_arena(placed: Placed, plan: Plan, workspaces: Mapping[str, int],
+                       allocation: Callable[[int], int] | None = None) -> dict[str, int]:
     """Device name -> the most a run without an arena holds at one step: static, every dynamic storage as its
     own allocation over its live steps, and the running op's kernel workspace (op -> bytes) beside them.
 
     Pure.  With no workspace this is each device's ``lower_bound_bytes`` (static + LOAD), which is what the
-    storages alone hold; the CUDA allocator also counts the workspaces.
+    storages alone hold; the CUDA allocator also counts the workspaces, and each storage as ``allocation``
+    (bytes -> bytes counted; ``allocation.cuda_block_bytes``) rounds it, with ``plan``'s static likewise.
     """
     num_steps = len(placed.graph.ops)
     spans: dict[str, list[tuple[int, int, int]]] = {d.name: [] for d in plan.devices}
     for r in live_ranges(placed.graph, range(num_steps)).ranges:
-        spans[placed.storage_device[r.storage]].append((r.first, r.last, r.nbytes))
+        nbytes = r.nbytes if allocation is None else allocation(r.nbytes)
+        spans[placed.storage_device[r.storage]].append((r.first, r.last, nbytes))
     extra: dict[str, list[int]] = {d.name: [0] * num_steps for d in plan.devices}
     for step, (op, device) in enumerate(zip(placed.graph.ops, placed.op_device)):
         extra[device][step] = workspaces.get(op.name, 0)
