@@ -219,4 +219,5 @@ def test_late_cuts_on_cuda_hold_the_predicted_peak() -> None:
     measured = cuda_loop_peak(wrapped, torch.optim.Adam(wrapped.parameters(), lr=1e-3), inputs, device, base)
     predicted = wrapped.prediction().peak_bytes
     assert wrapped.hooks is not None and wrapped.hooks.mismatch is None and wrapped.hooks.policy.cuts
-    assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted)
+    assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted, wrapped.workspaces,
+                                                          wrapped.unmatched_workspaces)

@@ -175,7 +175,7 @@ def test_apply_on_cuda_holds_the_predicted_peak() -> None:
     measured = cuda_loop_peak(wrapped, opt, inputs, device, base)
     predicted = wrapped.prediction().peak_bytes
     assert wrapped.hooks is not None and wrapped.hooks.mismatch is None
-    assert _within(measured, predicted), (measured, predicted)
+    assert _within(measured, predicted), (measured, predicted, wrapped.workspaces, wrapped.unmatched_workspaces)
 
 
 def test_plan_for_apply_fits_a_byte_budget_in_the_users_loop(gpt) -> None:

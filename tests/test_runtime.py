@@ -32,8 +32,7 @@ from mpplan.runtime.arena import exact_rewrite, out_variant
 from mpplan.runtime.eager import Snapshot
 from mpplan.runtime.executor import Executor
 from mpplan.runtime.measure import error_pct
-from mpplan.runtime.evaluate import grounded_in_noise
-from mpplan.runtime.numerics import compare, first_bad_op
+from mpplan.runtime.numerics import compare, first_bad_op, grounded_in_noise
 from mpplan.runtime.schedule import compile_schedule
 from mpplan.runtime.trace import capture_for, meta_twin
 from mpplan.runtime.tracking import StorageMeter

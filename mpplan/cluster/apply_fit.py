@@ -117,6 +117,7 @@ def plan_point(
 
     from mpplan.capture import build_torch_model
     from mpplan.errors import InfeasibleError
+    from mpplan.runtime.allocation import cuda_block_bytes
     from mpplan.runtime.apply_budget import plan_for_apply
     from mpplan.runtime.apply_memory import predict_apply
     from mpplan.runtime.recompute import module_calls
@@ -130,12 +131,15 @@ def plan_point(
     program = capture_for(model, inputs, torch.device(on), mode=spec.mode, optimizer=optimizer, loss_fn=None)
     path = optimizer_path([d.name for d in devices])
     in_backward = stepped_in_backward(config, step_in_backward)
-    unplanned = predict_apply(program, optimizer_path=path, step_in_backward=in_backward).peak_bytes
+    # On CUDA (foreach's devices) every storage counts as the caching allocator rounds it.
+    rounding = cuda_block_bytes if path == "foreach" else None
+    unplanned = predict_apply(program, optimizer_path=path, step_in_backward=in_backward,
+                              allocation=rounding).peak_bytes
     budget = apply_budget(settings, devices, unplanned)
     calls = module_calls(model, inputs) if spec.mode == "train" else None
     try:
         fitted = plan_for_apply(program, devices, settings, budget, calls=calls, optimizer_path=path,
-                                step_in_backward=in_backward)
+                                step_in_backward=in_backward, allocation=rounding)
     except InfeasibleError as exc:
         return ApplyMisfit(budget, max(1, exc.missing_bytes or 1))
     return ApplyPoint(fitted.plan, program.graph.content_hash, fitted.prediction.peak_bytes, budget)

@@ -58,8 +58,8 @@ from torch.utils import _pytree as pytree
 
 from mpplan.capture.torch_capture import CapturedProgram, OptimizerSpec, SourceRole
 from mpplan.plan import Plan
-from mpplan.runtime.apply_memory import ApplyPrediction, predict_apply
 from mpplan.runtime.allocation import cuda_block_bytes
+from mpplan.runtime.apply_memory import ApplyPrediction, predict_apply
 from mpplan.runtime.apply_step import StepInBackward, optimizer_path as optimizer_path_of
 from mpplan.runtime.apply_workspace import op_workspaces, probing_calls
 from mpplan.runtime.devices import DevicesArg, map_devices
@@ -171,8 +171,10 @@ class PlannedModule(torch.nn.Module):
         self.module_devices = MappingProxyType(dict(module_devices))
         self.planned = MappingProxyType(dict(planned or {}))
         self.stepping: StepInBackward | None = None
-        #: IR op -> the workspace its kernels took in the steps run under ``probing`` (bytes).
+        #: IR op -> the workspace its kernels took in the last step run under ``probing`` (bytes), and the
+        #: workspaces of calls there like no IR op's (call key -> bytes; the prediction does not hold them).
         self.workspaces: dict[str, int] = {}
+        self.unmatched_workspaces: dict[str, int] = {}
         self._stack: list[torch.device] = []
         self._handles: list[Any] = []
         self._place_state()
@@ -208,13 +210,16 @@ class PlannedModule(torch.nn.Module):
         (its default when the parameters are on CUDA) or ``"single"`` (elsewhere);
         ``None`` reads it from the optimizer stepping in backward, if any, else picks
         that default from where the parameters are.  The step in backward is modelled
-        while it is on.
+        while it is on.  With the parameters on CUDA each storage counts as the caching
+        allocator rounds it (``allocation``), and the workspaces of a probed step
+        (``probing``) are held at their ops' steps.
         """
         if self.program is None:
             raise ValueError("prediction: this PlannedModule was not made by apply (it has no captured program)")
         if optimizer_path is None and self.stepping is not None:
             optimizer_path = optimizer_path_of(self.stepping.optimizer)
-        on_cuda = all(p.device.type == "cuda" for p in self.module.parameters())
+        devices = {p.device.type for p in self.module.parameters()}
+        on_cuda = devices == {"cuda"}
         if optimizer_path is None:
             optimizer_path = "foreach" if on_cuda else "single"
         return predict_apply(self.program, self.recompute_ops, optimizer_path=optimizer_path,
@@ -225,10 +230,12 @@ class PlannedModule(torch.nn.Module):
     @contextmanager
     def probing(self, probe: WorkspaceProbe | None = None,
                 device_types: tuple[str, ...] = ("cuda",)) -> Iterator[WorkspaceProbe]:
-        """Measure the workspaces the GPU kernels of the steps run inside take (one warm-up step is enough);
-        ``prediction`` holds each at its op's step from then on.
+        """Measure the workspaces the GPU kernels of the steps run inside take (one step is enough);
+        ``prediction`` holds each at its op's step from then on, until the next probe replaces them.
 
         The probe resets the allocator's peak statistics around each call, so measure peaks after it.
+        With ``torch.backends.cudnn.benchmark`` on, the first step tries several algorithms and their
+        workspaces: probe a later step.  One GPU at a time (``apply_workspace.probing_calls``).
         ``probe`` reads the CUDA allocator by default; ``device_types`` are the devices whose calls it
         probes (tests probe the CPU's with a simulated allocator).
         """
@@ -236,8 +243,7 @@ class PlannedModule(torch.nn.Module):
             raise ValueError("probing: this PlannedModule was not made by apply (it has no captured program)")
         with probing_calls(probe if probe is not None else WorkspaceProbe(), device_types) as used:
             yield used
-        for op, nbytes in op_workspaces(self.program, used.found).items():
-            self.workspaces[op] = max(nbytes, self.workspaces.get(op, 0))
+        self.workspaces, self.unmatched_workspaces = op_workspaces(self.program, used.found)
 
     def remove(self) -> None:
         """Take the hooks off (parameters stay where they are); the optimizer steps at ``step()`` again."""

@@ -59,6 +59,8 @@ def plan_for_apply(
     calls: Sequence[str] | None = None,
     optimizer_path: str = "single",
     step_in_backward: bool = False,
+    allocation: Callable[[int], int] | None = None,
+    workspaces: Mapping[str, int] | None = None,
 ) -> ApplyPlan:
     """Plan ``program`` so that ``apply``'s predicted peak is at most ``budget`` bytes (module docstring).
 
@@ -68,14 +70,16 @@ def plan_for_apply(
     aligned onto them as ``apply`` aligns them, so the prediction counts only those
     ``apply`` can honour (``None``: the traced forward is taken as the real one).
     ``optimizer_path`` and ``step_in_backward`` say how the loop's optimizer runs
-    (``predict_apply``).  Raises ``InfeasibleError`` when no budget the remat pass
+    (``predict_apply``), as ``allocation`` (``cuda_block_bytes`` for a GPU) and ``workspaces``
+    (``PlannedModule.workspaces`` of a probed step) say how its memory is counted.  Raises
+    ``InfeasibleError`` when no budget the remat pass
     accepts brings ``apply``'s peak under ``budget``; its ``missing_bytes`` is how far
     the least peak found is above it.
     """
 
     def predict(ops: Sequence[str] = (), from_ops: Mapping[str, str] | None = None) -> ApplyPrediction:
         return predict_apply(program, ops, optimizer_path=optimizer_path, step_in_backward=step_in_backward,
-                             from_ops=from_ops)
+                             from_ops=from_ops, workspaces=workspaces, allocation=allocation)
 
     if budget is None:
         planned = plan(program.graph, devices, replace(settings, remat="none", remat_budget=None))

@@ -60,7 +60,8 @@ class ApplyPrediction:
 
     ``peak_bytes = static_bytes + load_bytes + workspace_bytes`` (``sim``) over
     ``graph``: ``load_bytes`` is LOAD, ``workspace_bytes`` what the kernels'
-    workspaces, held at their ops' steps, add to it (0 unless probed);
+    workspaces, held at their ops' steps, add to it (0 unless probed); the three are
+    counted as ``predict_apply``'s ``allocation`` says, ``graph`` holds exact bytes;
     ``recompute_ops`` are the forward ops recomputed, ``optimizer_path`` the
     ``torch.optim`` path modelled, ``step_in_backward`` whether the update runs per
     parameter inside backward.

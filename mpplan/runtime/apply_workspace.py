@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.fx.node import map_aggregate
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -31,7 +30,11 @@ __all__ = ["call_key", "op_keys", "op_workspaces", "probing_calls"]
 
 
 def call_key(func: Any, args: Any, kwargs: Any) -> str:
-    """What decides one ATen call's kernel: the overload and each tensor's shape, stride and dtype, in order."""
+    """The overload and each tensor's shape, stride and dtype, in order: most of what decides a call's kernel.
+
+    Other arguments (a convolution's stride, a reduction's dims) are left out, so calls that differ only
+    there share a key, and each takes the largest workspace probed for it: an over-prediction, never under.
+    """
     tensors = [
         f"{tuple(leaf.shape)}/{tuple(leaf.stride())}/{leaf.dtype}"
         for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)
@@ -40,19 +43,17 @@ def call_key(func: Any, args: Any, kwargs: Any) -> str:
 
 
 def op_keys(program: CapturedProgram) -> dict[str, str]:
-    """IR op -> ``call_key`` of its fx node, from the traced values its arguments carry."""
-    keys = {}
-    for op, node_name in program.op_nodes.items():
-        node = program.nodes[node_name]
-        args, kwargs = map_aggregate((node.args, node.kwargs),
-                                     lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a)
-        keys[op] = call_key(node.target, args, kwargs)
-    return keys
+    """IR op -> ``call_key`` of the call eager makes for it (``CapturedProgram.eager_call``)."""
+    return {op: call_key(*program.eager_call(op)) for op in program.op_nodes}
 
 
-def op_workspaces(program: CapturedProgram, found: Mapping[str, int]) -> dict[str, int]:
-    """IR op -> the workspace a probed step found for calls like its own (``found``: call key -> bytes)."""
-    return {op: found[key] for op, key in op_keys(program).items() if found.get(key)}
+def op_workspaces(program: CapturedProgram, found: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """IR op -> the workspace a probed step found for calls like its own (``found``: call key -> bytes), and
+    the workspaces of calls like no op's (call key -> bytes: the optimizer's, moves between devices)."""
+    keys = op_keys(program)
+    known = set(keys.values())
+    return ({op: found[key] for op, key in keys.items() if found.get(key)},
+            {key: nbytes for key, nbytes in found.items() if nbytes and key not in known})
 
 
 class _ProbingMode(TorchDispatchMode):
@@ -65,8 +66,8 @@ class _ProbingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        device = next((leaf.device for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)),
-                      kwargs.get("device"))  # a factory's (``arange``): no tensor in
+        device = kwargs.get("device") or next(  # where a call names it (a factory, a copy), else its first tensor's
+            (leaf.device for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)), None)
         if device is None or torch.device(device).type not in self.device_types:
             return func(*args, **kwargs)
         return self.probe.call(call_key(func, args, kwargs), torch.device(device), lambda: func(*args, **kwargs))
@@ -76,6 +77,8 @@ class _ProbingMode(TorchDispatchMode):
 def probing_calls(probe: WorkspaceProbe, device_types: tuple[str, ...] = ("cuda",)) -> Iterator[WorkspaceProbe]:
     """Probe the workspace of every kernel run inside on a device of ``device_types`` (only a GPU's allocator
     counts workspaces), forward and backward: autograd carries the mode to its device threads.  Probing
-    resets the allocator's peak statistics around each call: probe a warm-up step."""
+    resets the allocator's peak statistics around each call: probe a warm-up step.  One GPU at a time:
+    with several, autograd's threads for them run at once, and a reading on one device may count another
+    thread's copy onto it."""
     with _ProbingMode(probe, device_types):
         yield probe

@@ -33,7 +33,7 @@ from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.eager import EagerRun, Snapshot, run_eager
 from mpplan.runtime.executor import Executor, StepValues
 from mpplan.runtime.measure import DeviceMeasurement, Measurement, Numerics, error_pct
-from mpplan.runtime.numerics import compare, first_bad_op
+from mpplan.runtime.numerics import compare, first_bad_op, grounded_in_noise
 from mpplan.runtime.schedule import Schedule, compile_schedule
 from mpplan.runtime.scratch import held_by_run, held_without_arena
 from mpplan.runtime.trace import capture_for
@@ -44,11 +44,6 @@ __all__ = ["evaluate", "evaluate_program"]
 
 logger = logging.getLogger("mpplan")
 
-#: Eager steps from the same seed that may measure eager's run-to-run noise when the numerics disagree.  One
-#: pair of runs is one sample of a non-deterministic kernel's spread (cuDNN's convolution backward, atomics):
-#: on an H200 a no-arena zoo_resnet run, the executor's own kernels, failed once in eight against a pair that
-#: happened to agree closely.  More are run only while the runs differ at all.
-EAGER_NOISE_RUNS = 3
 
 
 def evaluate(
@@ -293,19 +288,6 @@ def _complete(snapshot: Snapshot, model: torch.nn.Module) -> Snapshot:
         if name not in state:
             state[name] = value.detach().to("cpu", copy=True)
     return Snapshot(snapshot.outputs, snapshot.grads, state)
-
-
-def grounded_in_noise(planned: Snapshot, eager: Snapshot, eager_again: Callable[[], Snapshot],
-                      runs: int = EAGER_NOISE_RUNS) -> Numerics:
-    """``compare`` with the tolerance grounded in eager's own run-to-run noise: up to ``runs`` more eager
-    steps from the same seed (``eager_again``), while the comparison fails and they differ at all (never
-    more than one on a CPU, where eager repeats itself bit for bit)."""
-    agains = [eager_again()]
-    numerics = compare(planned, eager, agains)
-    while not numerics.ok and numerics.noise and len(agains) < runs:
-        agains.append(eager_again())
-        numerics = compare(planned, eager, agains)
-    return numerics
 
 
 def _diagnose(

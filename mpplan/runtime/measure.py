@@ -151,9 +151,9 @@ class Numerics:
     identical.  ``first_bad_op`` names the first op whose inputs or outputs differ
     from two op-by-op reference runs of the same schedule without arena beyond
     those runs' own noise (found only when ``ok`` is false); ``detail`` says what
-    differed.  ``noise`` is the largest difference between two eager runs from the
-    same seed, which the tolerance allows for (``None`` when eager ran once: the
-    first comparison passed).
+    differed.  ``noise`` is the largest difference between eager runs from the same
+    seed (the first and up to three more), which the tolerance allows for (``None``
+    when eager ran once: the first comparison passed).
     """
 
     ok: bool

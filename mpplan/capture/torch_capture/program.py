@@ -47,6 +47,15 @@ class Source:
     state: str | None = None
 
 
+#: Overloads the capture traces in place of the one eager calls (``tracing._annotated_batch_norm``: the
+#: same kernel under a schema that declares its writes, taking the same tensors in the same order).
+EAGER_OVERLOADS: Mapping[Any, Any] = MappingProxyType({
+    torch.ops.aten._native_batch_norm_legit.default: torch.ops.aten.native_batch_norm.default,
+    torch.ops.aten._native_batch_norm_legit.no_stats: torch.ops.aten.native_batch_norm.default,
+    torch.ops.aten._native_batch_norm_legit_no_training.default: torch.ops.aten.native_batch_norm.default,
+})
+
+
 @dataclass(frozen=True)
 class CapturedProgram:
     """A captured ``Graph`` plus what an executor needs to run it op by op on real tensors.
@@ -103,6 +112,13 @@ class CapturedProgram:
     @cached_property
     def _getitems(self) -> Mapping[str, tuple[tuple[str, tuple[int, ...]], ...]]:
         return MappingProxyType({n.name: tuple(getitem_paths(n).items()) for n in self.module.graph.nodes})
+
+    def eager_call(self, op: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+        """The ATen call eager PyTorch makes for IR op ``op``: its overload (``EAGER_OVERLOADS``' where
+        the capture traced another) and its arguments, each node read as its traced value (a fake tensor)."""
+        node = self.nodes[self.op_nodes[op]]
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+        return EAGER_OVERLOADS.get(node.target, node.target), tuple(args), dict(kwargs)
 
     def run_op(self, op: str, env: MutableMapping[str, Any]) -> None:
         """Run IR op ``op`` on the values in ``env`` (keyed by fx node name) and store its results there."""
