@@ -109,3 +109,22 @@ def test_a_hash_of_another_graph_fails_in_either_version() -> None:
             verify(g, wrong)
         with pytest.raises(PlanError, match="graph.hash"):
             check_plan_graph(wrong, g, "plan.json")
+
+
+def test_a_search_keys_its_points_by_version_1_so_a_stored_search_resumes(tmp_path) -> None:
+    """Result stores written before version 2 hold keys made of version 1: the keys must not move."""
+    from mpplan.capture.graph_file import save_graph
+    from mpplan.cluster.planning import PointPlanner
+    from mpplan.cluster.records import Candidate
+    from mpplan.cluster.space import candidate_key, planner_section
+    from mpplan.cluster.store import ResultStore
+    from mpplan.config import resolve_devices
+
+    save_graph(tiny(), tmp_path / "tiny.yaml")
+    base = {"model": {"graph": {"path": str(tmp_path / "tiny.yaml")}}, "devices": [{"name": "gpu0", "capacity": "1MiB"}]}
+    planner = PointPlanner(base, str(tmp_path / "search.yaml"), ResultStore(tmp_path / "out"), lambda _: None)
+    point = planner.resolve(())
+    assert isinstance(point, Candidate)
+    expected = candidate_key(version_1(tiny()), planner_section(point.config), resolve_devices(point.config),
+                             point.config.workload)
+    assert point.key == expected
