@@ -86,6 +86,18 @@ def test_version_2_tells_apart_what_runs_together_as_text() -> None:
     assert shaped.content_hash != Graph("g", (Tensor("t", 1, shape=None),), ()).content_hash
 
 
+def test_version_2_of_a_fixed_graph_never_moves() -> None:
+    """Plans on disk carry version 2 too: a change of encoding (or of marshal's format in a new Python)
+    must fail here.  The graph has a view, an op reading one tensor twice, a gradient, optional fields."""
+    g = Graph("g", (Tensor("x", 8, Kind.INPUT, shape=(2,), dtype="float32"),
+                    Tensor("y", 8, shape=(2,), dtype="float32"), Tensor("v", 0, alias_of="y"),
+                    Tensor("gx", 8, Kind.GRAD, grad_of="x")),
+              (Op("f", "mul", ("x", "x"), ("y",), cost=1.5, module="m.0"), Op("view", "view", ("y",), ("v",)),
+               Op("b", "mul_bwd", ("v", "x"), ("gx",), backward_of="f")), ("y",))
+    assert g.validate().content_hash == "v2-72b1b8a0e7aafbad"
+    assert g.content_hash_v1 == version_1(g) == "f20a13f86345860e"
+
+
 @pytest.mark.parametrize("make", [tiny, diamond], ids=["tiny", "diamond"])
 def test_a_plan_carrying_version_1_still_loads_and_verifies(make, tmp_path) -> None:
     g = make()
