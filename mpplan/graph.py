@@ -20,14 +20,13 @@ Memory semantics (DESIGN.md):
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
 
 from mpplan.errors import GraphError
+from mpplan.graph_hash import hash_v1, hash_v2
 from mpplan.topo import topological_order
 
 
@@ -123,10 +122,6 @@ class Topology:
 _NAME, _NBYTES, _KIND = attrgetter("name"), attrgetter("nbytes"), attrgetter("kind")
 _ALIAS_OF, _GRAD_OF = attrgetter("alias_of"), attrgetter("grad_of")
 _STR_ONLY = frozenset({str})
-_TENSOR_FIELDS = attrgetter("name", "nbytes", "kind", "shape", "dtype", "alias_of", "grad_of")
-_OP_FIELDS = attrgetter(
-    "name", "type", "inputs", "outputs", "cost", "device", "backward_of", "module", "stage", "recompute_of"
-)
 
 
 @dataclass(frozen=True)
@@ -166,14 +161,13 @@ class Graph:
 
     @cached_property
     def content_hash(self) -> str:
-        """A stable hex digest of everything but the graph's name."""
-        # Field tuples by ``attrgetter`` (json writes a tuple as a list, and a ``Kind``, a str enum, as its
-        # value): the same text as lists built field by field, at a fraction of the cost on large graphs.
-        # Fields hold no containers but tuples of names and sizes, so no cycle: the encoder need not look for one.
-        tensors = list(map(_TENSOR_FIELDS, self.tensors))
-        ops = list(map(_OP_FIELDS, self.ops))
-        payload = json.dumps([tensors, ops, sorted(self.outputs)], separators=(",", ":"), check_circular=False)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        """A stable digest of everything but the graph's name (``graph_hash``: version 2, ``v2-`` and hex)."""
+        return hash_v2(self)
+
+    @cached_property
+    def content_hash_v1(self) -> str:
+        """The version 1 digest, which plans made before version 2 carry (``graph_hash.hash_matches``)."""
+        return hash_v1(self)
 
 
 def _build_topology(graph: Graph) -> Topology:

@@ -27,6 +27,7 @@ from typing import Any
 
 from mpplan.durable import write_json
 from mpplan.errors import PlanError
+from mpplan.graph_hash import graph_hash_like, hash_matches
 from mpplan.plan_records import PlanSettings, RematRecord
 from mpplan.reading import load_json, read_document
 
@@ -275,10 +276,11 @@ def load_plan(path: str | Path) -> Plan:
 
 def check_plan_graph(plan: Plan, graph: Any, source: str) -> None:
     """A plan made for another graph is bad input (``PlanError``, exit 2), not a failed verification."""
-    if plan.graph_hash != graph.content_hash:
+    if not hash_matches(plan.graph_hash, graph):
+        given = graph_hash_like(plan.graph_hash, graph)
         raise PlanError(
-            f"{source}: graph.hash: the plan is for graph {plan.graph_name!r} (hash {plan.graph_hash[:12]}), "
-            f"the graph given is {graph.name!r} (hash {graph.content_hash[:12]}); plan it again for this graph"
+            f"{source}: graph.hash: the plan is for graph {plan.graph_name!r} (hash {plan.graph_hash[:15]}), "
+            f"the graph given is {graph.name!r} (hash {given[:15]}); plan it again for this graph"
         )
 
 

@@ -5,7 +5,9 @@ is a checkout of the commit to compare against (a ``git worktree`` of main, say)
 ``python -m mpplan.cli plan <config> --out <folder>`` once in each tree (``python -m`` from the tree's
 root, so its own ``mpplan`` is imported) and compares the exit code, stdout, stderr and every file
 written (plan.json, report.md, timeline.json, baselines.json), ignoring only ``planner.seconds``
-(wall time) and the output folder's own path.  Cases: a synthetic transformer graph file (10k ops;
+(wall time), the output folder's own path and the graph's hash (``graph.hash`` in plan.json and
+wherever else it is written): a tree that moved to another version of the hash (``mpplan.graph_hash``)
+writes another string for the same graph.  Cases: a synthetic transformer graph file (10k ops;
 ``--big`` adds 100k), on two devices, with remat (``mirror``), with ``parallel_safe`` on devices
 too small (exit 3), ``configs/quickstart.yaml``, and a bad graph file (exit 2, one line).
 Exit 0 when every case agrees; else prints the first difference of each case that differs.
@@ -54,15 +56,21 @@ def _run(tree: Path, config: Path, out: Path) -> dict[str, object]:
     """Exit code, output and written files of one ``mpplan plan``, with the run-specific parts masked."""
     done = subprocess.run([sys.executable, "-m", "mpplan.cli", "plan", str(config), "--out", str(out)],
                           cwd=tree, capture_output=True, text=True)
-    result: dict[str, object] = {"exit": done.returncode, "stdout": done.stdout.replace(str(out), "<out>"),
-                                 "stderr": done.stderr.replace(str(out), "<out>")}
+    plan = out / "plan.json"
+    graph_hash = json.loads(plan.read_text())["graph"]["hash"] if plan.exists() else str(out)
+
+    def masked(text: str) -> str:
+        return text.replace(str(out), "<out>").replace(graph_hash, "<graph hash>")
+
+    result: dict[str, object] = {"exit": done.returncode, "stdout": masked(done.stdout),
+                                 "stderr": masked(done.stderr)}
     for path in sorted(out.rglob("*")) if out.exists() else ():
         text = path.read_text()
         if path.name == "plan.json":
             data = json.loads(text)
             data.get("planner", {}).pop("seconds", None)
             text = json.dumps(data, indent=1)
-        result[str(path.relative_to(out))] = text.replace(str(out), "<out>")
+        result[str(path.relative_to(out))] = masked(text)
     return result
 
 

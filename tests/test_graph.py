@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import pytest
 from hypothesis import given, settings
 
@@ -284,14 +281,3 @@ def test_dynamic_grads_are_made_once_per_graph() -> None:
     assert with_dynamic_grads(g) is dynamic
     assert with_dynamic_grads(Graph(g.name, g.tensors, g.ops, g.outputs)) is not dynamic  # kept per graph object
     assert dynamic.tensors[1].grad_of is None and dynamic.outputs == ("gw",)
-
-
-@settings(max_examples=100, deadline=None)
-@given(graphs(max_ops=10))
-def test_content_hash_is_the_documented_payload(g: Graph) -> None:
-    """The hash is sha256 of the fields as JSON lists; plans on disk carry it, so it must never drift."""
-    tensors = [[t.name, t.nbytes, t.kind.value, t.shape, t.dtype, t.alias_of, t.grad_of] for t in g.tensors]
-    ops = [[o.name, o.type, o.inputs, o.outputs, o.cost, o.device, o.backward_of, o.module, o.stage, o.recompute_of]
-           for o in g.ops]
-    payload = json.dumps([tensors, ops, sorted(g.outputs)], separators=(",", ":"))
-    assert g.content_hash == hashlib.sha256(payload.encode()).hexdigest()[:16]

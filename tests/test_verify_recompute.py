@@ -126,7 +126,7 @@ def test_a_record_of_an_in_place_or_unknown_op_is_refused() -> None:
 
 
 def test_the_verifier_imports_none_of_what_it_checks() -> None:
-    """Only the IR (with its topological sort, which checks a graph is acyclic), the plan record, the config
+    """Only the IR (with its topological sort, which checks a graph is acyclic, and its hash), the plan record, the config
     loader (with its bounded reader and durable writer, and the writer's JSON encoder) and the errors: no
     pass, planner or simulator."""
     import ast
@@ -139,7 +139,8 @@ def test_the_verifier_imports_none_of_what_it_checks() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     loaded = set(ast.literal_eval(out))
-    allowed = {"mpplan.config", "mpplan.errors", "mpplan.graph", "mpplan.plan", "mpplan.units", "mpplan.reading",
+    allowed = {"mpplan.config", "mpplan.errors", "mpplan.graph", "mpplan.graph_hash", "mpplan.plan", "mpplan.units",
+               "mpplan.reading",
                "mpplan.durable", "mpplan.json_text", "mpplan.plan_records", "mpplan.topo"}
     # the config is a package: its modules, and the budget parser it re-exports, are the config loader
     loaded = {m for m in loaded if not m.startswith("mpplan.config.") and m != "mpplan.budget"}

@@ -38,6 +38,7 @@ from mpplan.cluster.records import Candidate, Evaluation, Status
 from mpplan.cluster.space import workload_key
 from mpplan.config import resolve_devices
 from mpplan.errors import ConfigError
+from mpplan.graph_hash import hash_matches
 
 EvaluateFn = Callable[[Candidate], dict[str, Any]]
 
@@ -148,7 +149,7 @@ class RuntimeEvaluator:
         planned = candidate.plan
         device_map = map_devices([d.name for d in planned.devices])
         model, inputs, program = self._build(candidate, device_map.torch_device(planned.devices[0].name))
-        replanned = program.graph.content_hash != planned.graph_hash
+        replanned = not hash_matches(planned.graph_hash, program.graph)
         if replanned:  # traced for a GPU here, for the CPU on the driver: other kernels, same settings
             settings = PlannerSettings.from_config(candidate.config.planner)
             planned = plan(program.graph, resolve_devices(candidate.config), settings)

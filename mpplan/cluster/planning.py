@@ -64,7 +64,8 @@ class PointPlanner:
             graph = self._graph(config)
             devices = resolve_devices(config)
             settings = PlannerSettings.from_config(config.planner)
-            key = candidate_key(graph.content_hash, self._judged(config), devices, config.workload)
+            # version 1 of the graph's hash, which keys written before version 2 hold: a stored search resumes
+            key = candidate_key(graph.content_hash_v1, self._judged(config), devices, config.workload)
         except Exception as exc:  # noqa: BLE001
             return self._finish(Result(invalid_key(overrides), Status.ERROR, dict(overrides), error=_message(exc)))
         self.keys.add(key)

@@ -25,6 +25,7 @@ from mpplan.capture.torch_capture import CapturedProgram
 from mpplan.capture.torch_capture.program import getitem_paths
 from mpplan.errors import GraphError, PlanError
 from mpplan.graph import Graph
+from mpplan.graph_hash import graph_hash_like, hash_matches
 from mpplan.passes.copies import Placed
 from mpplan.plan import Plan
 from mpplan.planner import placed_graph
@@ -124,10 +125,10 @@ class Schedule:
 
 def compile_schedule(program: CapturedProgram, plan: Plan) -> Schedule:
     """Check ``plan`` belongs to ``program`` and derive every step's work; ``PlanError`` if it cannot."""
-    if plan.graph_hash != program.graph.content_hash:
+    if not hash_matches(plan.graph_hash, program.graph):
         raise PlanError(
             f"plan is for graph hash {plan.graph_hash} ({plan.graph_name}), the captured program has "
-            f"{program.graph.content_hash} ({program.graph.name}): capture the model with the mode, optimizer, "
+            f"{graph_hash_like(plan.graph_hash, program.graph)} ({program.graph.name}): capture the model with the mode, optimizer, "
             "inputs and dtype the plan was made for, traced for the kind of device it runs on (GPU kernels "
             "differ from CPU ones)"
         )
