@@ -502,6 +502,20 @@ def test_skyline_fills_from_the_bottom_and_ties_go_to_the_rank() -> None:
         rank_by("magic", sizes, first, last, conflicts)
 
 
+def test_the_breadth_rule_packs_where_the_other_rules_miss() -> None:
+    # skyline under every other rule ends at 10; ranked by breadth (step 4's records 5, 1 and
+    # 2 first: they hold LOAD; longer, then larger, first) it packs at 9, LOAD and the optimum
+    records = [(2, 1, 1), (1, 2, 4), (4, 4, 4), (5, 2, 2), (2, 5, 8), (4, 3, 5), (1, 1, 3)]
+    sizes, first, last = columns(records)
+    conflicts = local_conflicts(records)
+    assert optimal_arena(records) == brute_load(records) == 9
+    for rule in RANK_RULES:
+        packed = as_assignment(records, skyline(sizes, conflicts, rank_by(rule, sizes, first, last, conflicts)))
+        check_offsets(records, packed)
+        assert packed.arena == (9 if rule == "breadth" else 10), rule
+    assert rank_by("breadth", sizes, first, last, conflicts) == [6, 1, 2, 4, 5, 0, 3]
+
+
 @settings(max_examples=200, deadline=None)
 @given(small_records(max_n=16, max_size=40, max_step=12))
 def test_busiest_load_is_the_most_bytes_live_in_each_lifetime(records: list[Record]) -> None:

@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Sequence
 
 from mpplan.passes.assign.records import MayShare
-from mpplan.passes.assign.skyline import busiest_load
+from mpplan.passes.assign.skyline import breadth_order
 
 
 def overlap_pairs(
@@ -126,9 +126,7 @@ def greedy_by_size(
 
     ``order="size"`` sorts by size descending, ties by index; ``"size_length"`` breaks size
     ties by longer lifetime first; ``"breadth"`` is TFLite's greedy by breadth: the records
-    live at the busiest steps first (by the most bytes live at one step of their lifetime),
-    longer lifetime, then larger, first among those, so that the steps where LOAD is
-    reached are packed before anything around them can fragment them.  ``fit`` is ``"best"`` (smallest gap that fits, as in
+    live at the busiest steps first (``skyline.breadth_order``).  ``fit`` is ``"best"`` (smallest gap that fits, as in
     TFLite) or ``"first"`` (lowest gap).  Cost: O(n log n + p) where p counts overlapping
     pairs, plus predicate checks on memory neighbours when ``may_share`` is given.
     ``neighbours`` may pass ``time_neighbours`` of the non-empty records, to share it
@@ -141,9 +139,8 @@ def greedy_by_size(
     elif order == "size_length":
         sequence = sorted(active, key=lambda j: (-sizes[j], first[j] - last[j], j))
     elif order == "breadth":
-        busiest = busiest_load([sizes[j] for j in active], [first[j] for j in active], [last[j] for j in active])
-        crowd = dict(zip(active, busiest))
-        sequence = sorted(active, key=lambda j: (-crowd[j], first[j] - last[j], -sizes[j], j))
+        local = breadth_order([sizes[j] for j in active], [first[j] for j in active], [last[j] for j in active])
+        sequence = [active[i] for i in local]  # active is by index: local ties are ties by index
     else:
         raise ValueError(f"greedy_by_size: expected order 'size', 'size_length' or 'breadth', got {order!r}")
     if fit not in ("best", "first"):
