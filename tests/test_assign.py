@@ -264,22 +264,53 @@ def test_larger_random_cases_stay_valid(records: list[Record], alignment: int) -
 def test_auto_reaches_load_where_greedy_gets_stuck() -> None:
     # a path 3 - 2 - 1 - 0 in time: LOAD 14 needs 2 above 3 and 0 above 1; greedy by size
     # and best fit put the two big ends (3 and 0) at the bottom and 2 lands on top of 1 (the
-    # pattern of MobileNet's forward chain, where both miss LOAD by half).  Filling from the
-    # bottom, longest lifetime first, puts 2 and 1 low; so does the branch and bound alone.
+    # pattern of MobileNet's forward chain, where both miss LOAD by half).  Greedy by breadth
+    # (the busiest steps' records first) and filling from the bottom, longest lifetime first,
+    # put 2 and 1 low; so does the branch and bound alone.
     records = [(8, 4, 5), (6, 3, 4), (5, 1, 3), (9, 1, 1)]
     assert assign_offsets(records, algorithm="greedy_by_size").arena == 19
     assert assign_offsets(records, algorithm="best_fit").arena == 19
     result = assign_offsets(records)
     check_offsets(records, result)
-    assert result.arena == result.load == 14 and result.optimal and result.algorithm == "skyline"
+    assert result.arena == result.load == 14 and result.optimal and result.algorithm == "greedy_by_size"
     sizes, first, last = zip(*records)
+    conflicts = local_conflicts(records)
+    packed = skyline(sizes, conflicts, rank_by("length", sizes, first, last, conflicts))
+    check_offsets(records, as_assignment(records, packed))
+    assert as_assignment(records, packed).arena == 14
     greedy = assign_offsets(records, algorithm="greedy_by_size").offsets
-    conflicts = [[k for k in range(4) if k != j and overlaps_in_time(records[j], records[k])] for j in range(4)]
     found = search_offsets(
         sizes, first, last, conflicts, lower_bound=14, incumbent=greedy, incumbent_arena=19, max_nodes=EXACT
     )
     assert found.arena == 14 and found.proven
     check_offsets(records, OffsetAssignment(found.offsets, 14, 14, "search", True))
+
+
+def test_greedy_by_breadth_packs_the_busiest_step_first() -> None:
+    # step 5 holds LOAD (records 1, 2, 4: 5 + 2 + 5): breadth places those three first,
+    # longest lifetime first, and the rest fits around them; by size (either fit), size
+    # then lifetime, and best fit in lifetime order all put a record of step 5 on top of
+    # the two at steps 3-4 and end at 15, over the brute-force optimum 12
+    records = [(5, 3, 3), (5, 5, 8), (2, 4, 6), (3, 0, 4), (5, 4, 5)]
+    sizes, first, last = columns(records)
+    assert optimal_arena(records) == brute_load(records) == 12
+    for options in ({}, {"fit": "first"}, {"order": "size_length"}):
+        assert as_assignment(records, greedy_by_size(sizes, first, last, **options)).arena == 15
+    assert as_assignment(records, best_fit(sizes, first, last)).arena == 15
+    breadth = as_assignment(records, greedy_by_size(sizes, first, last, order="breadth"))
+    check_offsets(records, breadth)
+    assert breadth.arena == 12
+
+
+@settings(max_examples=200, deadline=None)
+@given(records_and_forbidden(), st.sampled_from(["best", "first"]))
+def test_greedy_by_breadth_is_valid_with_and_without_a_predicate(case, fit: str) -> None:
+    records, forbidden = case
+    sizes, first, last = columns(records)
+    for may_share, pairs in ((None, frozenset()), (predicate(forbidden), forbidden)):
+        offsets = greedy_by_size(sizes, first, last, order="breadth", fit=fit, may_share=may_share)
+        check_offsets(records, as_assignment(records, offsets), forbidden=pairs)
+        assert offsets == greedy_by_size(sizes, first, last, order="breadth", fit=fit, may_share=may_share)
 
 
 def test_back_to_back_ranges_overlap_at_the_shared_step() -> None:
@@ -471,6 +502,20 @@ def test_skyline_fills_from_the_bottom_and_ties_go_to_the_rank() -> None:
         rank_by("magic", sizes, first, last, conflicts)
 
 
+def test_the_breadth_rule_packs_where_the_other_rules_miss() -> None:
+    # skyline under every other rule ends at 10; ranked by breadth (step 4's records 5, 1 and
+    # 2 first: they hold LOAD; longer, then larger, first) it packs at 9, LOAD and the optimum
+    records = [(2, 1, 1), (1, 2, 4), (4, 4, 4), (5, 2, 2), (2, 5, 8), (4, 3, 5), (1, 1, 3)]
+    sizes, first, last = columns(records)
+    conflicts = local_conflicts(records)
+    assert optimal_arena(records) == brute_load(records) == 9
+    for rule in RANK_RULES:
+        packed = as_assignment(records, skyline(sizes, conflicts, rank_by(rule, sizes, first, last, conflicts)))
+        check_offsets(records, packed)
+        assert packed.arena == (9 if rule == "breadth" else 10), rule
+    assert rank_by("breadth", sizes, first, last, conflicts) == [6, 1, 2, 4, 5, 0, 3]
+
+
 @settings(max_examples=200, deadline=None)
 @given(small_records(max_n=16, max_size=40, max_step=12))
 def test_busiest_load_is_the_most_bytes_live_in_each_lifetime(records: list[Record]) -> None:
@@ -520,7 +565,8 @@ def test_auto_is_never_worse_than_what_it_runs(records: list[Record], alignment:
     aligned = [(round_up(s, alignment), f, l) for s, f, l in records]
     sizes, first, last = columns(aligned)
     arenas = [as_assignment(aligned, best_fit(sizes, first, last)).arena]
-    for options in ({}, {"fit": "first"}, {"order": "size_length"}):
+    for options in ({}, {"fit": "first"}, {"order": "size_length"}, {"order": "breadth"},
+                    {"order": "breadth", "fit": "first"}):
         arenas.append(as_assignment(aligned, greedy_by_size(sizes, first, last, **options)).arena)
     kept = positive(aligned)
     ksizes, kfirst, klast = columns(kept)
@@ -574,6 +620,20 @@ def test_auto_packs_random_layered_graphs_near_load(size: str) -> None:
     result = assign_offsets(records, alignment=64)
     check_offsets(records, result, alignment=64)
     assert result.arena <= 1.03 * result.load, (result.arena, result.load, result.algorithm)
+
+
+@needs_shared_data
+def test_auto_reaches_load_on_random_layered_n1000_in_its_given_order() -> None:
+    # regression: auto ended 780 bytes over LOAD (the squeaky wheel's best); greedy by
+    # breadth, one of the heuristics auto tries first, packs it at LOAD, the optimum
+    from mpplan.capture.graph_file import load_graph
+
+    (path,) = [p for p in RANDOM_LAYERED if p.name.startswith("random_layered_n1000_")]
+    graph = load_graph(path)
+    records = _records_in_order(graph, range(len(graph.ops)))
+    result = assign_offsets(records, alignment=1)
+    check_offsets(records, result)
+    assert result.arena == result.load and result.optimal, (result.arena, result.load, result.algorithm)
 
 
 # --------------------------------------------------------------------------------------------

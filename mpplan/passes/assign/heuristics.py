@@ -19,6 +19,7 @@ import heapq
 from collections.abc import Sequence
 
 from mpplan.passes.assign.records import MayShare
+from mpplan.passes.assign.skyline import breadth_order
 
 
 def overlap_pairs(
@@ -124,7 +125,8 @@ def greedy_by_size(
     """TFLite's greedy by size: largest record first, into the best gap among placed conflicting records.
 
     ``order="size"`` sorts by size descending, ties by index; ``"size_length"`` breaks size
-    ties by longer lifetime first.  ``fit`` is ``"best"`` (smallest gap that fits, as in
+    ties by longer lifetime first; ``"breadth"`` is TFLite's greedy by breadth: the records
+    live at the busiest steps first (``skyline.breadth_order``).  ``fit`` is ``"best"`` (smallest gap that fits, as in
     TFLite) or ``"first"`` (lowest gap).  Cost: O(n log n + p) where p counts overlapping
     pairs, plus predicate checks on memory neighbours when ``may_share`` is given.
     ``neighbours`` may pass ``time_neighbours`` of the non-empty records, to share it
@@ -136,8 +138,11 @@ def greedy_by_size(
         sequence = sorted(active, key=lambda j: (-sizes[j], j))
     elif order == "size_length":
         sequence = sorted(active, key=lambda j: (-sizes[j], first[j] - last[j], j))
+    elif order == "breadth":
+        local = breadth_order([sizes[j] for j in active], [first[j] for j in active], [last[j] for j in active])
+        sequence = [active[i] for i in local]  # active is by index: local ties are ties by index
     else:
-        raise ValueError(f"greedy_by_size: expected order 'size' or 'size_length', got {order!r}")
+        raise ValueError(f"greedy_by_size: expected order 'size', 'size_length' or 'breadth', got {order!r}")
     if fit not in ("best", "first"):
         raise ValueError(f"greedy_by_size: expected fit 'best' or 'first', got {fit!r}")
     nbrs = time_neighbours(first, last, active) if neighbours is None else neighbours

@@ -137,6 +137,8 @@ def _portfolio(
         ("greedy_by_size", {}),
         ("greedy_by_size", {"fit": "first"}),
         ("greedy_by_size", {"order": "size_length"}),
+        ("greedy_by_size", {"order": "breadth"}),
+        ("greedy_by_size", {"order": "breadth", "fit": "first"}),
     ):
         if heavy and not search_always:
             break
