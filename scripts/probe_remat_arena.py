@@ -9,7 +9,10 @@ recomputes were decided in; ``auto``: the planner's schedule of the rewrite, the
 ``fit_planned`` plans), its LOAD at the alignment, and per assigner the arena over that
 LOAD and the seconds.  ``fits`` compares the ``auto`` arena with the budget ``--budget``
 (a fraction of the no-remat peak), what the planned peak needs (no static bytes on the
-random layered graphs).
+random layered graphs).  ``--band B ...`` then asks, per order and per ``B`` bytes, whether
+the records of ``auto``'s packing that end above ``budget - B`` can be re-packed under the
+budget with every other record held (``mpplan.passes.assign.window``, an exact MILP:
+``packed``, ``infeasible`` (proved) or ``time_limit`` after ``--band-limit`` seconds).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
 from mpplan.liveness import live_ranges
 from mpplan.passes.assign import OffsetAlgorithm, assign_offsets
+from mpplan.passes.assign.records import normalise
+from mpplan.passes.assign.window import repack_under
 from mpplan.passes.remat import remat
 from mpplan.passes.remat.fit import in_order
 from mpplan.passes.schedule import schedule
@@ -64,6 +69,8 @@ def main() -> None:
     parser.add_argument("--save", type=Path, help="write the records here")
     parser.add_argument("--records", type=Path, help="measure saved records instead of running remat")
     parser.add_argument("--budget", type=float, default=0.8, help="the budget, a fraction of the no-remat peak")
+    parser.add_argument("--band", type=int, nargs="*", default=[], help="bytes under the budget to re-pack exactly")
+    parser.add_argument("--band-limit", type=float, default=60.0, help="seconds per exact re-pack")
     args = parser.parse_args()
     if args.records:
         found = json.loads(args.records.read_text())
@@ -83,6 +90,20 @@ def main() -> None:
                 fits = result.arena <= args.budget * found["peak"]
                 cells.append(f"arena {result.arena}, fits {args.budget}: {fits}")
         print(f"{order}: LOAD {result.load}; " + "; ".join(cells), flush=True)
+        for band in args.band:
+            print(f"  {order}: {band_line(found[order], int(args.budget * found['peak']), band, args.band_limit)}", flush=True)
+
+
+def band_line(rows: list[list[int]], budget: int, band: int, seconds: float) -> str:
+    """Re-pack the records of ``auto``'s packing ending above ``budget - band`` under the budget."""
+    records = [(r[0], r[1], r[2]) for r in rows]
+    offsets = assign_offsets(records, alignment=ALIGNMENT).offsets
+    sizes, first, last = normalise(records, ALIGNMENT)
+    cap = budget // ALIGNMENT * ALIGNMENT
+    free = [j for j, (o, s) in enumerate(zip(offsets, sizes)) if s and o + s > cap - band]
+    clock = time.perf_counter()
+    found = repack_under(sizes, first, last, offsets, free, cap, seconds)
+    return f"band {band}: {len(free)} records free, {found.status} ({time.perf_counter() - clock:.1f} s)"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+"""Exact re-packing of some records under a cap, every other record held where it is.
+
+Why.  After recomputes the arena misses LOAD by a few percent on the random layered
+graphs (RL1000's rewrite at the own order's aim: 1.035 of LOAD, where a plan at 0.8
+needs 1.025), and the improving stages of ``offsets`` do not close it.  Re-packing all
+records exactly is out of reach; re-packing a few of them, the others fixed, is a small
+MILP that either finds offsets under the cap or *proves* that this neighbourhood has
+none.  That tells which neighbourhoods are worth a search (``probe_remat_arena.py``
+measures the records of a time window, and the records of the arena's top band).
+
+The MILP (HiGHS, through the remat package's backend), in units of the gcd of the
+sizes and offsets involved: one integer offset per free record, between the lowest
+free offset (``base``: a free record does not sink below its neighbourhood) and
+``cap`` minus its size; per pair of free records that overlap in time one binary
+saying which lies below the other; per free record and held record that overlap in
+time and above ``base``, one binary saying whether the free one goes under or over it
+(a row alone where only one side has room).  No objective: any point is a packing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mpplan.passes.remat.ilp import available_backend, solve_arrays
+from mpplan.passes.remat.sparse import INF, SparseMilp
+
+__all__ = ["Repack", "repack_under"]
+
+
+@dataclass(frozen=True, slots=True)
+class Repack:
+    """The outcome of ``repack_under``: ``offsets`` (every record, same order as the input;
+    ``None`` unless ``status`` is ``packed``) and ``status``: ``packed``, ``infeasible``
+    (proved: no offsets of the free records in ``[base, cap)`` miss the held ones),
+    ``time_limit`` (undecided) or ``no_backend`` (no MILP solver installed)."""
+
+    offsets: tuple[int, ...] | None
+    status: str
+
+
+def _overlap(first: Sequence[int], last: Sequence[int], i: int, j: int) -> bool:
+    return first[i] <= last[j] and first[j] <= last[i]
+
+
+class _RepackMilp(SparseMilp):
+    """The MILP of the module docstring; ``columns[i]``: the offset of ``free[i]``."""
+
+    def __init__(self, size: Sequence[int], first: Sequence[int], last: Sequence[int], offset: Sequence[int],
+                 free: Sequence[int], held: Sequence[int], cap: int) -> None:
+        super().__init__()
+        base = min(offset[j] for j in free)
+        m = cap - base  # the least big-M that both sides of every disjunction allow: a tighter relaxation
+        self.columns = [self.column(0.0, base, cap - size[j], integer=True) for j in free]
+        for a, (x, i) in enumerate(zip(self.columns, free)):
+            for y, j in zip(self.columns[a + 1:], free[a + 1:]):
+                if _overlap(first, last, i, j):
+                    below = self.column(0.0, 0.0, 1.0, integer=True)  # 1: i below j
+                    self.row({x: 1.0, y: -1.0, below: m}, -INF, m - size[i])
+                    self.row({y: 1.0, x: -1.0, below: -m}, -INF, -size[j])
+            for k in held:
+                start, end = offset[k], offset[k] + size[k]
+                if end <= base or not _overlap(first, last, i, k):
+                    continue
+                under, over = start - size[i] >= base, end + size[i] <= cap
+                if under and over:
+                    side = self.column(0.0, 0.0, 1.0, integer=True)  # 1: i under k
+                    self.row({x: 1.0, side: m}, -INF, start - size[i] + m)
+                    self.row({x: 1.0, side: m}, end, INF)
+                elif under:
+                    self.row({x: 1.0}, -INF, start - size[i])
+                elif over:
+                    self.row({x: 1.0}, end, INF)
+                else:  # no room on either side: a row no point meets
+                    self.row({x: 1.0}, 1.0, 0.0)
+
+
+def repack_under(
+    sizes: Sequence[int],
+    first: Sequence[int],
+    last: Sequence[int],
+    offsets: Sequence[int],
+    free: Sequence[int],
+    cap: int,
+    time_limit_s: float,
+) -> Repack:
+    """New offsets for the records ``free`` (indices), each ending at or under ``cap`` and
+    starting at or above the lowest of their current offsets, such that no two records
+    overlapping in time (inclusive ranges ``first..last``) overlap in memory; every other
+    record keeps its offset in ``offsets``.  Records of size 0 are ignored.
+
+    >>> sizes, first, last, offsets = [4, 4, 4], [0, 2, 1], [1, 3, 2], [0, 4, 8]  # arena 12, LOAD 8
+    >>> repack_under(sizes, first, last, offsets, [1, 2], 8, 5.0).status  # both above 4 at step 2
+    'infeasible'
+    >>> repack_under(sizes, first, last, offsets, [0, 1, 2], 8, 5.0).status
+    'packed'
+    """
+    backend = available_backend()
+    if backend is None:
+        return Repack(None, "no_backend")
+    free = [j for j in free if sizes[j]]
+    if not free:
+        return Repack(tuple(offsets), "packed")
+    if min(offsets[j] for j in free) + max(sizes[j] for j in free) > cap:
+        return Repack(None, "infeasible")
+    chosen = set(free)
+    held = [k for k in range(len(sizes)) if sizes[k] and k not in chosen]
+    unit = math.gcd(*(sizes[j] for j in free + held), *(offsets[j] for j in free + held), cap)
+    scaled = [s // unit for s in sizes], [o // unit for o in offsets]
+    milp = _RepackMilp(scaled[0], first, last, scaled[1], free, held, cap // unit)
+    status, x, _, _ = solve_arrays(milp, backend, time_limit_s)
+    if status == "infeasible":
+        return Repack(None, "infeasible")
+    if x is None:
+        return Repack(None, "time_limit")
+    out = list(offsets)
+    for j, col in zip(free, milp.columns):
+        out[j] = round(x[col]) * unit
+    return Repack(tuple(out), "packed")
