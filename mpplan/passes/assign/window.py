@@ -11,10 +11,10 @@ measures the records of a time window, and the records of the arena's top band).
 The MILP (HiGHS, through the remat package's backend), in units of the gcd of the
 sizes and offsets involved: one integer offset per free record, between the lowest
 free offset (``base``: a free record does not sink below its neighbourhood) and
-``cap`` minus its size; per pair of free records that overlap in time one binary
-saying which lies below the other; per free record and held record that overlap in
-time and above ``base``, one binary saying whether the free one goes under or over it
-(a row alone where only one side has room).  No objective: any point is a packing.
+``cap`` minus its size, and within one of the gaps the held records leave it over its
+lifetime (one binary per gap, an exact description of its domain: no big-M against held
+records); per pair of free records that overlap in time one binary saying which lies
+below the other.  No objective: any point is a packing.
 """
 
 from __future__ import annotations
@@ -44,36 +44,51 @@ def _overlap(first: Sequence[int], last: Sequence[int], i: int, j: int) -> bool:
     return first[i] <= last[j] and first[j] <= last[i]
 
 
+def _domain(size: Sequence[int], first: Sequence[int], last: Sequence[int], offset: Sequence[int],
+            held: Sequence[int], j: int, base: int, cap: int) -> list[tuple[int, int]]:
+    """The offsets ``free`` record ``j`` may take among the held records: disjoint closed
+    intervals within ``[base, cap - size[j]]``, lowest first (empty: no room at all)."""
+    blocked = sorted((offset[k] - size[j] + 1, offset[k] + size[k] - 1) for k in held
+                     if _overlap(first, last, j, k) and offset[k] + size[k] > base and offset[k] < cap)
+    out: list[tuple[int, int]] = []
+    low, high = base, cap - size[j]
+    for a, b in blocked:
+        if a > low:
+            out.append((low, min(a - 1, high)))
+        low = max(low, b + 1)
+        if low > high:
+            break
+    if low <= high:
+        out.append((low, high))
+    return [(a, b) for a, b in out if a <= b]
+
+
 class _RepackMilp(SparseMilp):
-    """The MILP of the module docstring; ``columns[i]``: the offset of ``free[i]``."""
+    """The MILP of the module docstring; ``columns[i]``: the offset of ``free[i]``;
+    ``empty``: some free record has no room among the held ones (no MILP needed)."""
 
     def __init__(self, size: Sequence[int], first: Sequence[int], last: Sequence[int], offset: Sequence[int],
                  free: Sequence[int], held: Sequence[int], cap: int) -> None:
         super().__init__()
         base = min(offset[j] for j in free)
         m = cap - base  # the least big-M that both sides of every disjunction allow: a tighter relaxation
-        self.columns = [self.column(0.0, base, cap - size[j], integer=True) for j in free]
+        domains = [_domain(size, first, last, offset, held, j, base, cap) for j in free]
+        self.empty = not all(domains)
+        self.columns = [self.column(0.0, d[0][0], d[-1][1], integer=True) for d in domains if d]
+        if self.empty:
+            return
+        for x, domain in zip(self.columns, domains):
+            if len(domain) > 1:  # one binary per gap among the held records: x lies in the chosen one
+                picks = [self.column(0.0, 0.0, 1.0, integer=True) for _ in domain]
+                self.row(dict.fromkeys(picks, 1.0), 1.0, 1.0)
+                self.row({x: 1.0} | {u: -float(a) for u, (a, _) in zip(picks, domain)}, 0.0, INF)
+                self.row({x: 1.0} | {u: -float(b) for u, (_, b) in zip(picks, domain)}, -INF, 0.0)
         for a, (x, i) in enumerate(zip(self.columns, free)):
             for y, j in zip(self.columns[a + 1:], free[a + 1:]):
                 if _overlap(first, last, i, j):
                     below = self.column(0.0, 0.0, 1.0, integer=True)  # 1: i below j
                     self.row({x: 1.0, y: -1.0, below: m}, -INF, m - size[i])
                     self.row({y: 1.0, x: -1.0, below: -m}, -INF, -size[j])
-            for k in held:
-                start, end = offset[k], offset[k] + size[k]
-                if end <= base or not _overlap(first, last, i, k):
-                    continue
-                under, over = start - size[i] >= base, end + size[i] <= cap
-                if under and over:
-                    side = self.column(0.0, 0.0, 1.0, integer=True)  # 1: i under k
-                    self.row({x: 1.0, side: m}, -INF, start - size[i] + m)
-                    self.row({x: 1.0, side: m}, end, INF)
-                elif under:
-                    self.row({x: 1.0}, -INF, start - size[i])
-                elif over:
-                    self.row({x: 1.0}, end, INF)
-                else:  # no room on either side: a row no point meets
-                    self.row({x: 1.0}, 1.0, 0.0)
 
 
 def repack_under(
@@ -109,6 +124,8 @@ def repack_under(
     unit = math.gcd(*(sizes[j] for j in free + held), *(offsets[j] for j in free + held), cap)
     scaled = [s // unit for s in sizes], [o // unit for o in offsets]
     milp = _RepackMilp(scaled[0], first, last, scaled[1], free, held, cap // unit)
+    if milp.empty:
+        return Repack(None, "infeasible")
     status, x, _, _ = solve_arrays(milp, backend, time_limit_s)
     if status == "infeasible":
         return Repack(None, "infeasible")
