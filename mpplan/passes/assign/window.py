@@ -34,7 +34,8 @@ class Repack:
     """The outcome of ``repack_under``: ``offsets`` (every record, same order as the input;
     ``None`` unless ``status`` is ``packed``) and ``status``: ``packed``, ``infeasible``
     (proved: no offsets of the free records in ``[base, cap)`` miss the held ones),
-    ``time_limit`` (undecided) or ``no_backend`` (no MILP solver installed)."""
+    ``time_limit`` (undecided), ``error`` (the solver failed) or ``no_backend`` (no MILP
+    solver installed)."""
 
     offsets: tuple[int, ...] | None
     status: str
@@ -130,7 +131,7 @@ def repack_under(
     if status == "infeasible":
         return Repack(None, "infeasible")
     if x is None:
-        return Repack(None, "time_limit")
+        return Repack(None, "time_limit" if status == "time_limit" else "error")
     out = list(offsets)
     for j, col in zip(free, milp.columns):
         out[j] = round(x[col]) * unit
