@@ -577,6 +577,32 @@ def test_auto_is_never_worse_than_what_it_runs(records: list[Record], alignment:
     assert result.arena <= min(arenas)
 
 
+@settings(max_examples=150, deadline=None)
+@given(small_records(max_n=30, max_size=60, max_step=16), st.sampled_from([1, 8]))
+def test_auto_stops_at_best_fit_when_it_reaches_load(records: list[Record], alignment: int) -> None:
+    # where best fit already packs at LOAD (the brute-force peak here), auto answers best fit's own offsets,
+    # proven, and counts no pairs, cuts no pieces and runs no stage: a stage would raise here
+    aligned = [(round_up(s, alignment), f, l) for s, f, l in records]
+    sizes, first, last = columns(aligned)
+    fitted = as_assignment(aligned, best_fit(sizes, first, last))
+    if fitted.arena != brute_load(aligned):
+        return
+
+    def no_more_work(*args, **kwargs):
+        raise AssertionError("auto went on past a packing at LOAD")
+    names = ("overlap_pairs", "_pieces", "skyline_stage", "greedy_by_size")
+    saved = {name: getattr(offsets_module, name) for name in names}
+    try:
+        for name in names:
+            setattr(offsets_module, name, no_more_work)
+        result = assign_offsets(records, alignment=alignment)
+    finally:
+        for name, value in saved.items():
+            setattr(offsets_module, name, value)
+    check_offsets(records, result, alignment)
+    assert result.offsets == fitted.offsets and result.optimal and result.algorithm == "best_fit"
+
+
 def test_search_that_runs_out_in_phase_one_still_lowers_the_incumbent() -> None:
     # regression: phase one (aiming at LOAD) used to spend the whole budget on this
     # instance, so phase two (lowering the greedy packing) never ran and 7780 stayed

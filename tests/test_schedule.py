@@ -109,6 +109,17 @@ def test_memory_model_scores_like_the_simulator(graph: Graph, rng: random.Random
     assert mem.load(order) == order_load(graph, order)
 
 
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=30, min_ops=0, max_bytes=2**40), st.randoms(use_true_random=False))
+def test_profiles_by_columns_are_the_simulator_profiles(graph: Graph, rng: random.Random) -> None:
+    """``Memory.profiles`` (numpy columns for whole orders) equals the simulator on each order."""
+    mem = Memory.of(graph)
+    orders = [tuple(random_order(graph, rng)) for _ in range(3)]
+    expected = [live_profile(live_ranges(graph, order).ranges, len(order)) for order in orders]
+    assert mem.profiles(orders) == expected
+    assert all(type(step) is int for profile in mem.profiles(orders) for step in profile)
+
+
 @settings(max_examples=200, deadline=None)
 @given(graphs(max_ops=30, min_ops=0, max_bytes=2**40))
 def test_memory_model_by_arrays_is_the_one_by_loops(graph: Graph) -> None:
@@ -128,6 +139,7 @@ def test_memory_model_of_sums_huge_sizes_by_loops() -> None:
     mem = Memory.of(graph)
     assert mem == Memory.by_loops(graph)
     assert mem.start_allocated == (huge, 2 * huge) and mem.load((0, 1)) == 2 * huge
+    assert mem.profiles([(0, 1), (0,)]) == [[huge, 2 * huge], [huge]]  # by loops: past int64, and a prefix
 
 
 def list_schedule_by_rescoring(mem: Memory, peak_first: bool) -> tuple[int, ...]:

@@ -176,6 +176,36 @@ class Memory:
                     live -= nbytes[s]
         return steps
 
+    def profiles(self, orders: Sequence[Order]) -> list[list[int]]:
+        """``profile`` of each of ``orders``, by numpy columns where every order runs all ops
+        and the byte sums fit int64 (``auto``'s six heuristic orders of a 100k-op graph: 0.68 s
+        of Python steps, 0.15 s so); by ``profile`` otherwise.
+
+        A storage is live from the step of its first toucher through that of its last (outputs:
+        through the last step), so each order's profile is a running sum of +bytes at the first
+        step and -bytes just past the last.
+        """
+        n = self.num_ops
+        if not all(len(order) == n for order in orders) or sum(self.nbytes) >= _INT64_SAFE or not self.nbytes:
+            return [self.profile(order) for order in orders]
+        counts = np.fromiter(map(len, self.touchers), dtype=np.int64, count=len(self.touchers))
+        touches = np.fromiter(itertools.chain.from_iterable(self.touchers), dtype=np.int64, count=int(counts.sum()))
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        nbytes = np.array(self.nbytes, dtype=np.int64)
+        to_end = np.array(self.to_end, dtype=bool)
+        found = []
+        for order in orders:
+            step = np.empty(n, dtype=np.int64)
+            step[np.array(order, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+            at = step[touches]
+            last = np.maximum.reduceat(at, starts)
+            last[to_end] = n - 1
+            change = np.zeros(n + 1, dtype=np.int64)
+            np.add.at(change, np.minimum.reduceat(at, starts), nbytes)
+            np.add.at(change, last + 1, -nbytes)
+            found.append(np.cumsum(change[:n]).tolist())
+        return found
+
     def load(self, order: Sequence[int]) -> int:
         """LOAD of ``order``; equals ``sim.order_load`` without building live ranges."""
         return max(self.profile(order), default=0)

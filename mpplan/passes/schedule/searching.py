@@ -48,13 +48,10 @@ def auto(graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Orde
     deadline = time.monotonic() + time_limit
     mem = Memory.of(graph)
     n = mem.num_ops
-    found: dict[Order, int] = {}
-    profiles: dict[Order, list[int]] = {}  # handed to the local search, which would simulate them again
-    for heuristic in HEURISTICS.values():
-        order = heuristic(mem)
-        if order not in found:
-            profiles[order] = mem.profile(order)
-            found[order] = max(profiles[order], default=0)
+    orders = list(dict.fromkeys(heuristic(mem) for heuristic in HEURISTICS.values()))
+    # handed to the local search, which would simulate them again
+    profiles: dict[Order, list[int]] = dict(zip(orders, mem.profiles(orders)))
+    found = {order: max(profile, default=0) for order, profile in profiles.items()}
     ranked = sorted(found, key=found.__getitem__)  # stable: ties keep HEURISTICS' preference
     best, best_load = ranked[0], found[ranked[0]]
     if n <= AUTO_EXACT_SMALL_OPS:
