@@ -45,7 +45,6 @@ __all__ = ["evaluate", "evaluate_program"]
 logger = logging.getLogger("mpplan")
 
 
-
 def evaluate(
     plan: Plan,
     model: torch.nn.Module,

@@ -18,7 +18,6 @@ CHAIN_LEVELS = 6
 CHAIN_MAX_OPS = 8
 
 
-
 @dataclass(frozen=True, slots=True)
 class Chain:
     """One origin's walk.

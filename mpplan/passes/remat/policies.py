@@ -51,7 +51,6 @@ class MirrorPlan:
     save_size: int
 
 
-
 def _forward_ops(model: RematModel) -> list[int]:
     """The ops the rules walk: before the backward line (every op without one)."""
     ops = model.graph.ops
