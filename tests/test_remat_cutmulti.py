@@ -60,6 +60,18 @@ def test_the_search_replaces_the_dear_recompute_by_a_double_drop_of_the_cheap_on
     assert found is not None and found.cost == 2.0
     assert (found.names, found.from_ops) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
     assert search_multi(graph, found.names[:1], {"a": "D"}, 510, time.perf_counter() + 10.0) is None
+    assert search_multi(graph, found.names, found.from_ops, 410, time.perf_counter() + 10.0) is None  # its own start
+    assert search_multi(graph, found.names, {"a": "C1"}, 410, time.perf_counter() + 10.0) is None  # a drop uncut
+
+
+def test_the_search_goes_on_from_double_drops() -> None:
+    """From ``A`` dropped twice and ``B`` recomputed (7 at 410 bytes), the search prunes ``B``."""
+    graph = twice_read()
+    names, cuts = joint_names([Drop("A", "a", "C1", "D")], ("B",), {"b": "D"})
+    assert names == ("A", "B", "A@recompute") and peak(apply_recompute(graph, names, cuts)) <= 410
+    found = search_multi(graph, names, cuts, 410, time.perf_counter() + 10.0)
+    assert found is not None and (found.names, found.from_ops, found.cost) == (
+        ("A", "A@recompute"), {"a": "C1", "a@recompute": "D"}, 2.0)
 
 
 def test_drops_of_pairs_the_gaps_of_single_output_ops() -> None:

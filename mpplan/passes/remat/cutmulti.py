@@ -9,14 +9,16 @@ last use before ``R2``, each recompute costing ``F``'s cost.  A ``Drop`` names o
 choice.
 
 ``search_multi`` improves a fitting one-round answer with double drops: for a ``Drop``
-(first the ops the answer recomputes, most expensive first: "add a second drop to a
-chosen recompute", "split a drop"), it rewrites the graph with that drop (and the drops
+(first of the ops the answer recomputes: "add a second drop to a chosen recompute",
+"split a drop"; then of the others), it rewrites the graph with that drop (and the drops
 kept so far) fixed, and runs the one-round cut search (``cutsearch.improve_cuts``) for
 the rest of the answer on that rewrite, where freeing the second gap may make other
-recomputes unneeded.  An answer is kept only when ``apply_recompute`` of its names on the
-original graph fits the budget by ``sim`` and costs less; then the moves start again
-from it, until ``deadline``.  On RL250 at 0.8 this finds 5.64% from the one-recompute
-search's 5.95% (docs/benchmarks.md).
+recomputes unneeded.  The drops are tried cheapest first by a quick score: the rest
+pruned on that rewrite (``_screened``).  An answer is kept only when ``apply_recompute``
+of its names on the original graph fits the budget by ``sim`` and costs less; then the
+moves start again from it, until ``deadline``.  On RL250 at 0.8 this finds 5.64% from
+the one-recompute search's 5.95% (docs/benchmarks.md).  The exact cut MILP has no
+double-drop options yet.
 """
 
 from __future__ import annotations
@@ -87,16 +89,19 @@ def joint_names(drops: Sequence[Drop], names: Sequence[str],
 
 def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
                  deadline: float) -> CutFit | None:
-    """A cheaper answer than one-round ``names`` (cut at ``from_ops``; it must fit ``limit``
-    bytes) with double drops, found by ``deadline`` (``time.perf_counter()``); ``None``
-    when none is found, ``names`` are not one round or the graph is outside the cut model
-    (module docstring)."""
-    present = {op.name: op.cost for op in graph.ops}
-    if any(name not in present for name in names):
+    """A cheaper answer than ``names`` (cut at ``from_ops``; it must fit ``limit`` bytes)
+    with double drops, found by ``deadline`` (``time.perf_counter()``); ``None`` when none
+    is found, ``names`` are neither one round nor ``joint_names``' or the graph is outside
+    the cut model (module docstring)."""
+    start = _parsed(graph, names, from_ops)
+    if start is None:
         return None
-    best = _Answer((), tuple(names), dict(from_ops), sum(present[n] for n in names))
+    best = start
+    if start.drops:  # the cut search for the rest with the start's drops, before new ones
+        again = _trial(graph, start, None, limit, min(deadline, time.perf_counter() + TRIAL_SECONDS))
+        best = again if again is not None and again.cost < start.cost else start
+    present = {op.name: op.cost for op in graph.ops}
     candidates = build_model(graph).candidate_names()
-    start_cost = best.cost
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
@@ -113,7 +118,7 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
                     break
             if improved:
                 break
-    if best.cost >= start_cost:
+    if best.cost >= start.cost:
         return None
     return CutFit(*joint_names(best.drops, best.names, best.from_ops), best.cost)
 
@@ -126,6 +131,28 @@ class _Answer:
     names: tuple[str, ...]
     from_ops: dict[str, str]
     cost: float
+
+
+def _parsed(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]) -> _Answer | None:
+    """``names`` (ops of ``graph``, and ``F@recompute`` for an op ``F`` dropped twice, as
+    ``joint_names`` makes them) as an answer, or ``None`` when they are not of that form."""
+    topo, cost = graph.topology, {op.name: op.cost for op in graph.ops}
+    drops = []
+    for name in names:
+        op = name.removesuffix(SUFFIX)
+        if name == op or op not in cost:
+            continue
+        outputs = graph.ops[topo.op_index[op]].outputs
+        if len(outputs) != 1 or outputs[0] not in from_ops or outputs[0] + SUFFIX not in from_ops:
+            return None
+        t = outputs[0]
+        drops.append(Drop(op, t, from_ops[t], from_ops[t + SUFFIX]))
+    dropped = {d.op for d in drops} | {d.op + SUFFIX for d in drops}
+    rest = tuple(n for n in names if n not in dropped)
+    if any(n not in cost for n in rest):
+        return None
+    cuts = {t: o for t, o in from_ops.items() if t not in {d.tensor for d in drops} and SUFFIX not in t}
+    return _Answer(tuple(drops), rest, cuts, sum(cost[n] for n in rest) + sum(2 * cost[d.op] for d in drops))
 
 
 def _screened(graph: Graph, best: _Answer, ops: Sequence[str], limit: int, deadline: float) -> list[Drop]:
@@ -142,12 +169,12 @@ def _screened(graph: Graph, best: _Answer, ops: Sequence[str], limit: int, deadl
     return [drop for *_, drop in sorted(scored)]
 
 
-def _trial(graph: Graph, best: _Answer, drop: Drop, limit: int, deadline: float) -> _Answer | None:
-    """``best`` with ``drop`` added: the one-round cut search (until ``deadline``; pruning
+def _trial(graph: Graph, best: _Answer, drop: Drop | None, limit: int, deadline: float) -> _Answer | None:
+    """``best`` with ``drop`` added (if any): the one-round cut search (until ``deadline``; pruning
     alone when it has passed) for the rest of ``best`` on the graph with the drops fixed,
     rebuilt on ``graph`` and measured; ``None`` when the rest does not fit there to start
     with, lies outside the cut model or the rebuilt answer does not fit."""
-    drops = (*best.drops, drop)
+    drops = best.drops if drop is None else (*best.drops, drop)
     dropped = {d.op for d in drops}
     try:
         fixed = apply_recompute(graph, *joint_names(drops, (), {}))
