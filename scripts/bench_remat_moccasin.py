@@ -11,9 +11,13 @@ seconds, recomputes, and how many records state a cut (``from_op``).
 recompute per tensor, each cut at any gap), started from that answer when it is one round, and
 prints its best overhead and the overhead it proves no choice of that model goes under.
 ``--lns SECONDS`` runs the large-neighbourhood search on that MILP (``mpplan.passes.remat.cutlns``)
-from the cell's answer, when it is one round, and prints its overhead.
+from the cell's answer, when it is one round, and prints its overhead.  ``--multi SECONDS`` runs
+the double-drop search (``mpplan.passes.remat.cutmulti``) from the cell's answer for that long, when
+it is one round or double drops, and prints its overhead (what ``solver: auto`` runs in the last
+``MULTI_SHARE``).
 
-Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--time-limit 60] [--milp 60] [--lns 120]``.
+Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--time-limit 60] [--milp 60] [--lns 120]
+[--multi 60]``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from mpplan.passes.remat import apply_recompute, build_model, remat
 from mpplan.passes.remat.api import RematResult
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts
 from mpplan.passes.remat.cutlns import lns_cuts
+from mpplan.passes.remat.cutmulti import search_multi
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.model import SUFFIX, RematModel
 from mpplan.passes.remat.rewriting import repeated_op
@@ -42,6 +47,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per budget (soft)")
     parser.add_argument("--milp", type=float, default=0.0, help="seconds for the cut MILP after each cell (0: none)")
     parser.add_argument("--lns", type=float, default=0.0, help="seconds for the cut LNS after each cell (0: none)")
+    parser.add_argument("--multi", type=float, default=0.0,
+                        help="seconds for the double-drop search after each cell (0: none)")
     args = parser.parse_args()
     for size in args.sizes.split(","):
         (path,) = SHARED_DATA.glob(f"random_layered_n{size}_*.json")
@@ -60,6 +67,8 @@ def main() -> None:
                 print(f"  cut MILP: {milp_line(graph, r, args.milp)}", flush=True)
             if args.lns > 0:
                 print(f"  cut LNS: {lns_line(graph, r, args.lns)}", flush=True)
+            if args.multi > 0:
+                print(f"  double drops: {multi_line(graph, r, args.multi)}", flush=True)
 
 
 def one_round(model: RematModel, r: RematResult) -> dict[int, int] | None:
@@ -83,6 +92,24 @@ def lns_line(graph: Graph, r: RematResult, seconds: float) -> str:
     fits = sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))) <= r.budget_bytes
     total = sum(op.cost for op in graph.ops)
     return (f"{100 * sum(model.cand_cost[i] for i in found) / total:.2f}% fits {fits}, "
+            f"{time.perf_counter() - clock:.1f}s")
+
+
+def multi_line(graph: Graph, r: RematResult, seconds: float) -> str:
+    """The overhead of ``search_multi`` started from ``r`` within ``seconds``, its answer's
+    peak checked by ``sim`` on the rewrite rebuilt from its names."""
+    clock = time.perf_counter()
+    if r.budget_bytes is None:
+        return "no budget"
+    names = [repeated_op(op) for op in r.recompute_ops]
+    found = search_multi(graph, names, r.from_ops, r.budget_bytes, clock + seconds)
+    if found is None:
+        return f"nothing cheaper (or not a cut answer), {time.perf_counter() - clock:.1f}s"
+    rewritten = apply_recompute(graph, found.names, found.from_ops)
+    fits = sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))) <= r.budget_bytes
+    total = sum(op.cost for op in graph.ops)
+    twice = sum(SUFFIX + SUFFIX in op.name for op in rewritten.ops)
+    return (f"{100 * found.cost / total:.2f}% fits {fits}, {twice} tensors dropped twice, "
             f"{time.perf_counter() - clock:.1f}s")
 
 

@@ -20,7 +20,9 @@ Policies (``POLICIES``):
     heuristic over single and chained recomputes, or a MILP warm-started by it
     (``mpplan.passes.remat.budget``); on graphs without a backward pass also with
     late regions starting at cut points it chooses (``mpplan.passes.remat.cuts``,
-    recorded as ``from_op``) and in a second round (``mpplan.passes.remat.rounds``).
+    recorded as ``from_op``), in a second round (``mpplan.passes.remat.rounds``) and,
+    with ``solver="auto"``, with tensors dropped at two of their gaps
+    (``mpplan.passes.remat.cutmulti``).
     The exact reference for the cuts is a MILP choosing recomputes and cuts together
     (``mpplan.passes.remat.cutmilp``, solved by ``cutexact``): the tests hold the
     heuristic to it, and ``scripts/bench_remat_moccasin.py --milp`` reports its bound.

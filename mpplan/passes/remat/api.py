@@ -12,6 +12,7 @@ from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
+from mpplan.passes.remat.cutmulti import search_multi
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.cutsearch import search_cuts
 from mpplan.passes.remat.evaluation import evaluate
@@ -28,6 +29,10 @@ POLICIES = ("none", "mirror", "sqrt", "budget")
 #: points (``cutsearch``): the second-round phase, which takes all the time it is given,
 #: ends before it, so the search runs even then (RL1000 at 0.9 ended at 0.82% without it).
 SEARCH_SHARE = 0.25
+
+#: With ``solver="auto"``, the share of ``time_limit_s`` kept after the search for double
+#: drops (``cutmulti``): the search ends before it, the second-round phase before both.
+MULTI_SHARE = 0.25
 
 
 # --- records -------------------------------------------------------------------------
@@ -137,8 +142,9 @@ def remat(
     third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
     second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
     when that covers the fits it makes, timed as the first; with ``auto`` the rounds stop short of
-    the last ``SEARCH_SHARE`` of the limit, which a local search on cuts, ``cutsearch``,
-    then uses with whatever they left), or step in when one round at the
+    the last ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit, where a local search on cuts,
+    ``cutsearch``, and then one with double drops, ``cutmulti``, use whatever they left),
+    or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
     when no choice of recomputes fits the budget.
@@ -186,17 +192,19 @@ def remat(
             raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
         result, label = least, solver
     took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
-    search = several and solver == "auto"  # then, in its share and the time left, a local search on cuts
-    end = clock + time_limit_s * (1 - SEARCH_SHARE if search else 1)  # the rounds stop here: the search's share
-    for kind in ("cuts", "rounds", "search")[:3 if search else 2] if several else ():  # cheaper answers in time left
-        left = (end if kind == "rounds" else clock + time_limit_s) - time.perf_counter()
-        if left < took * {"cuts": 1, "rounds": 2, "search": 0}[kind] or not result.added_cost:  # rounds fit twice
+    search = several and solver == "auto"  # then, in their shares and the time left, local searches on cuts
+    ends = {"rounds": 1 - SEARCH_SHARE - MULTI_SHARE, "search": 1 - MULTI_SHARE} if search else {}
+    for kind in ("cuts", "rounds", "search", "multi")[:4 if search else 2] if several else ():  # cheaper answers
+        end = clock + time_limit_s * ends.get(kind, 1)
+        left = end - time.perf_counter()
+        if left < took * {"cuts": 1, "rounds": 2}.get(kind, 0) or not result.added_cost:  # rounds fit twice
             continue
         beat = result.added_cost
+        once = [repeated_op(op) for op in result.recompute_ops]
         found = (fit_cuts(model, limit, solver, left / 2, beat=beat) if kind == "cuts"
                  else fit_rounds(model, limit, solver, left, beat=beat) if kind == "rounds"
-                 else search_cuts(model, [repeated_op(op) for op in result.recompute_ops], result.from_ops, limit,
-                                  clock + time_limit_s))
+                 else search_cuts(model, once, result.from_ops, limit, end) if kind == "search"
+                 else search_multi(graph, once, result.from_ops, limit, end))
         if found is None:
             continue
         multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,

@@ -1,0 +1,124 @@
+"""Several drops per tensor (``mpplan.passes.remat.cutmulti``).
+
+A double drop is two rounds of ``apply_recompute`` (``F`` cut at one reader, ``F@recompute``
+cut at a later one): its rewrite fits as ``sim`` says, its plan passes the verifier, and
+the search from a fitting one-round answer never costs more than that answer nor less
+than the brute force over every subset, every cut and every double drop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_remat_cuts import cut_options, gapped_graphs, least_cut_cost, peak, planned_with
+from test_remat_cutsearch import fitting_start
+
+from mpplan.errors import ConfigError
+from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.passes.remat import apply_recompute, build_model
+from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.cutexact import choice_names
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
+from mpplan.verify import verify
+
+
+def twice_read() -> Graph:
+    """``a`` (cost 1) and ``b`` (cost 5) are both held across two heavy stretches; ``b``
+    alone across both, ``a`` across each of two gaps."""
+    act = Tensor
+    tensors = (Tensor("x", 8, Kind.INPUT), act("a", 100), act("b", 100), act("c0", 1), act("big1", 300),
+               act("q1", 1), act("c1", 1), act("big2", 300), act("q2", 1), Tensor("d", 1, Kind.OUTPUT))
+    ops = (Op("A", "f", ("x",), ("a",), 1.0), Op("B", "f", ("x",), ("b",), 5.0),
+           Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
+           Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "q1", "c0"), ("c1",), 1.0),
+           Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
+           Op("D", "f", ("a", "b", "q2", "c1"), ("d",), 1.0))
+    return Graph("twice_read", tensors, ops, ("d",)).validate()
+
+
+def test_a_double_drop_fits_where_one_drop_of_the_same_tensor_cannot() -> None:
+    graph = twice_read()
+    assert peak(graph) == 510
+    assert peak(apply_recompute(graph, ["A"], {"a": "C1"})) == peak(apply_recompute(graph, ["A"], {"a": "D"})) == 510
+    names, cuts = joint_names([Drop("A", "a", "C1", "D")], (), {})
+    assert (names, cuts) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
+    twice = apply_recompute(graph, names, cuts)
+    assert peak(twice) == 410
+    assert [op.name for op in twice.ops if op.recompute_of] == ["A@recompute", "A@recompute@recompute"]
+    verify(graph, planned_with(graph, result_of(graph, names, "budget", 510, 0.0, from_ops=cuts)))
+
+
+def test_the_search_replaces_the_dear_recompute_by_a_double_drop_of_the_cheap_one() -> None:
+    """One recompute per tensor fits 410 bytes at 5 at least (``B``); ``A`` dropped twice costs 2."""
+    graph = twice_read()
+    assert least_cut_cost(graph, 410) == 5.0
+    assert peak(apply_recompute(graph, ["B"], {"b": "D"})) <= 410
+    found = search_multi(graph, ["B"], {"b": "D"}, 410, time.perf_counter() + 10.0)
+    assert found is not None and found.cost == 2.0
+    assert (found.names, found.from_ops) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
+    assert search_multi(graph, found.names[:1], {"a": "D"}, 510, time.perf_counter() + 10.0) is None
+    assert search_multi(graph, found.names, found.from_ops, 410, time.perf_counter() + 10.0) is None  # its own start
+    assert search_multi(graph, found.names, {"a": "C1"}, 410, time.perf_counter() + 10.0) is None  # a drop uncut
+
+
+def test_the_search_goes_on_from_double_drops() -> None:
+    """From ``A`` dropped twice and ``B`` recomputed (7 at 410 bytes), the search prunes ``B``."""
+    graph = twice_read()
+    names, cuts = joint_names([Drop("A", "a", "C1", "D")], ("B",), {"b": "D"})
+    assert names == ("A", "B", "A@recompute") and peak(apply_recompute(graph, names, cuts)) <= 410
+    found = search_multi(graph, names, cuts, 410, time.perf_counter() + 10.0)
+    assert found is not None and (found.names, found.from_ops, found.cost) == (
+        ("A", "A@recompute"), {"a": "C1", "a@recompute": "D"}, 2.0)
+
+
+def test_drops_of_pairs_the_gaps_of_single_output_ops() -> None:
+    graph = twice_read()
+    assert list(drops_of(graph, ["A", "B"])) == [Drop("A", "a", "C0", "C1"), Drop("A", "a", "C0", "D"),
+                                                  Drop("A", "a", "C1", "D")]
+
+
+def least_multi_cost(graph: Graph, budget: int) -> float | None:
+    """Brute force: the least added cost of any set of recomputes, each output cut at any of
+    its gaps or (single-output ops) dropped at any two of them, whose rewrite fits ``budget``."""
+    names = build_model(graph).candidate_names()
+    options: list[list[object]] = [[None, *cut_options(graph, name), *drops_of(graph, [name])] for name in names]
+    best = None
+    for combo in itertools.product(*options):
+        drops = [c for c in combo if isinstance(c, Drop)]
+        ops = [name for name, c in zip(names, combo) if isinstance(c, dict)]
+        cuts = {t: o for c in combo if isinstance(c, dict) for t, o in c.items()}
+        try:
+            rewritten = apply_recompute(graph, *joint_names(drops, ops, cuts))
+        except ConfigError:
+            continue
+        if peak(rewritten) <= budget:
+            cost = sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.0, 0.9), st.data())
+def test_the_multi_search_fits_never_costs_more_than_its_start_nor_less_than_brute_force(
+        graph: Graph, fraction: float, data: st.DataObject) -> None:
+    start, budget = fitting_start(graph, fraction, data)
+    model = build_model(graph)
+    names, from_ops = choice_names(model, start)
+    found = search_multi(graph, names, from_ops, budget, time.perf_counter() + 5.0)
+    if found is None:
+        return
+    rewritten = apply_recompute(graph, found.names, found.from_ops)
+    assert peak(rewritten) <= budget
+    assert found.cost == sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+    assert found.cost < sum(model.cand_cost[i] for i in start)
+    combos = 1
+    for name in model.candidate_names():
+        combos *= 1 + len(cut_options(graph, name)) + len(list(drops_of(graph, [name])))
+    assume(combos <= 3000)
+    exact = least_multi_cost(graph, budget)
+    assert exact is not None and found.cost >= exact - 1e-9
+    verify(graph, planned_with(graph, result_of(graph, found.names, "budget", peak(graph), 0.0,
+                                                from_ops=found.from_ops)))
