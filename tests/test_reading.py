@@ -194,28 +194,3 @@ def test_json_reads_numbers_and_strings_exactly_as_json_does(values, extra):
     would make them floats), and NaN, Infinity and lone surrogates (which orjson refuses) still read."""
     text = json.dumps(values)[:-1] + (", " + extra if extra and values else extra) + "]"
     assert repr(load_json(text)) == repr(json.loads(text))
-
-
-def _outcome(read):
-    try:
-        return "ok", repr(read())
-    except DocumentError as exc:
-        return "error", str(exc)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.one_of(documents.map(lambda doc: json.dumps(doc).encode()),
-                 st.binary(max_size=12),
-                 st.tuples(st.sampled_from([b"", b"\xef\xbb\xbf"]), documents,
-                           st.sampled_from([b"", b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xe9"]), st.integers(0, 30))
-                 .map(lambda t: t[0] + json.dumps(t[1], ensure_ascii=False).encode()[:t[3]] + t[2]
-                      + json.dumps(t[1], ensure_ascii=False).encode()[t[3]:])))
-def test_json_bytes_read_as_their_decoded_text(data):
-    """A file's bytes (``read_file``'s way) read as the text ``decode`` makes of them, and bytes that are not
-    UTF-8 (a lone byte, an encoded surrogate, an overlong form) give decode's error, whatever JSON they hold."""
-    from mpplan.reading import decode
-
-    def via_text():
-        return load_json(decode(data))
-
-    assert _outcome(lambda: load_json(data)) == _outcome(via_text)

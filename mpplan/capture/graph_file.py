@@ -50,7 +50,7 @@ from mpplan.capture.nodelink import graph_from_node_link
 from mpplan.durable import write_text
 from mpplan.errors import GraphError, GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.reading import decode, load_json, load_yaml, read_file
+from mpplan.reading import load_json, load_yaml, read_document
 from mpplan.units import MAX_BYTES
 
 #: Content formats ``load_graph`` accepts; ``auto`` decides from the content.
@@ -78,8 +78,7 @@ def load_graph(
         raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
     path = Path(path)
     # read before the extension is judged: a missing file is "file not found", whatever its name
-    doc = read_file(path, lambda data: load_json(data) if _syntax(path) == "json" else load_yaml(decode(data)),
-                    GraphFileError)
+    doc = read_document(path, lambda text: (load_json if _syntax(path) == "json" else load_yaml)(text), GraphFileError)
     try:
         content = _content_format(doc) if format == "auto" else format
         if content == "node-link":
