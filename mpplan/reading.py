@@ -33,7 +33,6 @@ import re
 from itertools import chain, compress, repeat
 from typing import Any, Callable, TypeVar
 
-import orjson
 import yaml
 
 #: Largest file read, in bytes: far above any real config, graph file of 100k ops or plan.
@@ -50,7 +49,6 @@ _MERGE = "tag:yaml.org,2002:merge"
 _BRACKETS = bytes.maketrans(b"{}", b"[]")  # only the nesting matters, not which kind of container nests
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}":')  # what the structure scan deletes
 _STRING = re.compile(rb'"[^"]*"')
-_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # each digit a 0, anything else a space
 
 
 class DocumentError(ValueError):
@@ -100,43 +98,23 @@ def read_document(path: str | os.PathLike[str], parse: Callable[[str], T], error
 
 
 def load_json(text: str) -> Any:
-    """Parse JSON as ``json.loads`` does, refusing duplicate keys, over-deep nesting and over-long integers.
+    """Parse JSON, refusing duplicate keys, over-deep nesting and over-long integers.
 
-    The parser (``_parse``) first runs without a hook (a Python call per mapping costs 40% more
-    on a 100k-op graph file); when every mapping it built holds as many keys as the text has
+    The parser first runs without a hook (a Python call per mapping costs 40% more on a
+    100k-op graph file); when every mapping it built holds as many keys as the text has
     ``key: value`` pairs (colons outside strings), no key was given twice.  Otherwise, and
     on any error, the checking parse (``_checked_json``) runs and says what is wrong.
     """
-    data = text.encode("utf-8", "surrogatepass")
-    structure = _structure(data)
-    shallow = _within_depth(structure)
-    parsed = _parse(data, text, shallow)
-    if _keys(parsed, structure.count(b"{")) != structure.count(b":"):  # a key given twice, dropped silently
-        parsed = _checked_json(text)
-    if not shallow:
-        raise DocumentError(f"nested deeper than {MAX_DEPTH} levels")
-    return parsed
-
-
-def _parse(data: bytes, text: str, shallow: bool) -> Any:
-    """``json.loads(text)``, by ``orjson`` (``data`` is ``text`` in UTF-8) where the two agree.
-
-    orjson parses a 100k-op graph file in about 3/4 of json's time, and as json does, but for
-    what it refuses (``NaN``, ``Infinity``, lone surrogates, an error's wording: json then
-    reads it again) and integers past 64 bits, which it reads as floats: a text holding a
-    run of 19 digits (2**63 has 19; in a string, too, where it only costs the fast path) goes
-    to json alone.  So does a text not ``shallow`` (``_within_depth``): orjson 3.8 crashes the
-    process on deep nesting, where json raises ``RecursionError``.
-    """
-    if shallow and b"0" * 19 not in data.translate(_DIGITS):
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
+    structure = _structure(text)
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except (ValueError, RecursionError):
-        return _checked_json(text)
+        data = _checked_json(text)
+    else:
+        if _keys(data, structure.count(b"{")) != structure.count(b":"):  # a key given twice, dropped silently
+            data = _checked_json(text)
+    _check_depth(structure)
+    return data
 
 
 def _checked_json(text: str) -> Any:
@@ -214,13 +192,14 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def _structure(data: bytes) -> bytes:
-    """The brackets, braces and colons of JSON text (``data``, its UTF-8) outside its strings, at C speed.
+def _structure(text: str) -> bytes:
+    """The brackets, braces and colons of JSON ``text`` outside its strings, scanning its bytes at C speed.
 
     The scan keeps only brackets, colons and quotes (escaped quotes and backslashes removed
     first, so every quote left opens or closes a string), then drops the strings with whatever
     they hold.  In valid JSON, the braces left open its objects and the colons are its ``key: value`` pairs.
     """
+    data = text.encode("utf-8", "surrogatepass")
     if b"\\" in data:
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")  # left to right, as JSON pairs escapes
     # two adjacent quotes are an empty string, or one string's end and the next one's start: dropping either
@@ -231,20 +210,21 @@ def _structure(data: bytes) -> bytes:
     return data
 
 
-def _within_depth(structure: bytes) -> bool:
-    """Whether JSON text of this ``_structure`` is balanced and nested at most ``MAX_DEPTH`` deep.
+def _check_depth(structure: bytes) -> None:
+    """Refuse valid JSON nested deeper than ``MAX_DEPTH``, from its ``_structure``.
 
     Walking the parsed values cost a Python step per value (0.3 s for a 100k-op graph file); the
     text says the same thing. Without its colons, the structure is the containers' brackets. Each
     ``replace("[]", "")`` then removes exactly the innermost containers, one level a round, so
-    the text is nested deeper than the limit (or unbalanced) when ``MAX_DEPTH`` rounds do not empty it.
+    the text is nested deeper than the limit when ``MAX_DEPTH`` rounds do not empty it.
     """
     data = structure.translate(_BRACKETS, b":")
     for _ in range(MAX_DEPTH):
         if not data:
-            return True
+            return
         data = data.replace(b"[]", b"")
-    return not data
+    if data:
+        raise DocumentError(f"nested deeper than {MAX_DEPTH} levels")
 
 
 def _check_events(text: str) -> None:
