@@ -52,6 +52,11 @@ def order_load(graph: Graph, order: Sequence[int]) -> int:
     return max(order_profile(graph, order), default=0)
 
 
+def given_peak(graph: Graph) -> int:
+    """``static_bytes`` plus LOAD of ``graph``'s as-given op order: the peak a remat budget bounds."""
+    return static_bytes(graph) + order_load(graph, range(len(graph.ops)))
+
+
 def order_profile(graph: Graph, order: Sequence[int]) -> list[int]:
     """Live dynamic bytes at each step of ``order``: ``live_profile`` of ``live_ranges(graph, order)``,
     from the storages' first and last steps without a ``LiveRange`` record each."""

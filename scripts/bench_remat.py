@@ -60,7 +60,7 @@ def budget_cell(graph: Graph, fraction: float, solver: str, time_limit: float) -
         r = remat(graph, "budget", budget=fraction, solver=solver, time_limit_s=time_limit)
     except InfeasibleError as exc:
         seconds = time.perf_counter() - clock
-        baseline = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
+        baseline = sim.given_peak(graph)
         smallest = int(fraction * baseline) + exc.missing_bytes
         proved = "smallest feasible budget is" in str(exc)
         cells = [f"infeasible: min {'=' if proved else '<='} {smallest / baseline:.3f}", "-", f"{seconds:.1f}"]

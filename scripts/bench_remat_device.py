@@ -84,7 +84,7 @@ def planned(graph: Graph, fraction: float, schedule: str) -> tuple[str, float]:
 
 
 def budget_of(graph: Graph, fraction: float) -> int:
-    return int(fraction * (sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))))
+    return int(fraction * (sim.given_peak(graph)))
 
 
 def comparison(names: tuple[str, ...], fractions: tuple[float, ...]) -> list[list[object]]:

@@ -89,7 +89,7 @@ def lns_line(graph: Graph, r: RematResult, seconds: float) -> str:
     found = lns_cuts(model, options, start, r.budget_bytes, clock + seconds)
     names, from_ops = choice_names(model, found)
     rewritten = apply_recompute(graph, names, from_ops)
-    fits = sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))) <= r.budget_bytes
+    fits = sim.given_peak(rewritten) <= r.budget_bytes
     total = sum(op.cost for op in graph.ops)
     return (f"{100 * sum(model.cand_cost[i] for i in found) / total:.2f}% fits {fits}, "
             f"{time.perf_counter() - clock:.1f}s")
@@ -106,7 +106,7 @@ def multi_line(graph: Graph, r: RematResult, seconds: float) -> str:
     if found is None:
         return f"nothing cheaper (or not a cut answer), {time.perf_counter() - clock:.1f}s"
     rewritten = apply_recompute(graph, found.names, found.from_ops)
-    fits = sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))) <= r.budget_bytes
+    fits = sim.given_peak(rewritten) <= r.budget_bytes
     total = sum(op.cost for op in graph.ops)
     twice = sum(SUFFIX + SUFFIX in op.name for op in rewritten.ops)
     return (f"{100 * found.cost / total:.2f}% fits {fits}, {twice} tensors dropped twice, "

@@ -48,7 +48,7 @@ def records(graph: Graph, order: range | list[int]) -> list[list[int]]:
 def rewrite(name: str, aim: float, time_limit: float) -> dict[str, object]:
     """The recomputes decided at ``aim`` in the graph's auto order, as records in two orders."""
     graph = load_graph(sorted(SHARED_DATA.glob(f"{name}_*.json"))[0])
-    peak = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
+    peak = sim.given_peak(graph)
     ordered = in_order(graph, [graph.ops[i].name for i in schedule(graph, "auto")])
     clock = time.perf_counter()
     try:

@@ -158,7 +158,7 @@ def remat(
         raise ConfigError(f"remat time_limit_s: expected a positive number of seconds, got {time_limit_s!r}")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0):
         raise ConfigError(f"remat threshold: expected a non-negative number of bytes, got {threshold!r}")
-    baseline = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
+    baseline = sim.given_peak(graph)
     if policy == "none":
         return _unchanged(graph, policy, baseline, clock)
     model = build_model(graph)
@@ -274,7 +274,7 @@ def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, cloc
         recompute_ops=tuple(op.name for op in added),
         added_cost=added_cost,
         compute_overhead=added_cost / total if total > 0 else 0.0,
-        peak_bytes=sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))),
+        peak_bytes=sim.given_peak(rewritten),
         baseline_peak_bytes=baseline,
         seconds=round(time.perf_counter() - clock, 6),
         from_ops=from_ops,
@@ -287,7 +287,7 @@ def _result(model: RematModel, policy: str, chosen: Iterable[int], baseline: int
     """Rewrite for ``chosen`` and measure the new graph with ``sim``."""
     ev = evaluate(model, chosen)
     graph, added, added_cost = rewrite(model, ev)
-    peak = sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops))) if ev.chosen else baseline
+    peak = sim.given_peak(graph) if ev.chosen else baseline
     total = sum(op.cost for op in model.graph.ops)
     names = tuple(
         model.graph.tensors[model.storage_tensor[j]].name for i in ev.chosen for j in model.cand_outputs[i]

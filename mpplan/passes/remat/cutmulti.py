@@ -203,7 +203,7 @@ def _joint_cost(graph: Graph, drops: Sequence[Drop], names: Sequence[str], from_
         rewritten = apply_recompute(graph, *joint_names(drops, names, from_ops))
     except ConfigError:
         return None
-    if sim.static_bytes(rewritten) + sim.order_load(rewritten, range(len(rewritten.ops))) > limit:
+    if sim.given_peak(rewritten) > limit:
         return None
     return sum(op.cost for op in rewritten.ops if op.recompute_of is not None) - sum(
         op.cost for op in graph.ops if op.recompute_of is not None)

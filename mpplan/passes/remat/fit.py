@@ -97,7 +97,7 @@ def fit_planned(
     the rewrite with the least planned peak; ``plan``: its ``Fitted``) when nothing fits.
     """
     clock = time.perf_counter()
-    baseline = _load_peak(graph)
+    baseline = sim.given_peak(graph)
     limit = resolve_budget(budget, baseline)
     plan0, peak0, order0 = plan_graph(graph)
     unchanged = result_of(graph, (), "budget", baseline, clock, budget_bytes=limit, solver="none", optimal=True)
@@ -120,7 +120,7 @@ def fit_planned(
         if tried[-1].fits:  # the given order fits as it is
             break
         tried += _aimed(graph, decide_in, planner, limit, baseline, clock, solver, time_limit_s,
-                        max(1.0, start_peak / _load_peak(decide_in)), label, messages)
+                        max(1.0, start_peak / sim.given_peak(decide_in)), label, messages)
     fits = [f for f in tried if f.fits]
     if fits:
         return min(fits, key=lambda f: (f.result.added_cost, f.peak))
@@ -179,11 +179,6 @@ def next_target(limit: int, load: int, ratios: Sequence[float]) -> int:
     """
     ratio = ratios[-1] + max(0.0, ratios[-1] - ratios[-2]) / 2 if len(ratios) > 1 else ratios[-1]
     return min(int(limit / ratio), load - 1)
-
-
-def _load_peak(graph: Graph) -> int:
-    """``static + LOAD`` of ``graph``'s as-given order."""
-    return sim.static_bytes(graph) + sim.order_load(graph, range(len(graph.ops)))
 
 
 def _planned(
