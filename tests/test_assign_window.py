@@ -11,6 +11,9 @@ from __future__ import annotations
 import doctest
 import itertools
 
+import numpy as np
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,3 +86,22 @@ def test_repack_lowers_a_top_the_heuristic_left() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(window_module).failed == 0
+
+
+def test_a_record_named_twice_is_one_free_record() -> None:
+    """Naming a free record twice must not make it avoid itself (a false proof of no room)."""
+    sizes, first, last, offsets = [4, 4, 4], [0, 2, 1], [1, 3, 2], [0, 4, 8]
+    assert repack_under(sizes, first, last, offsets, [0, 1, 2, 2], 8, 30.0).status == "packed"
+
+
+@pytest.mark.parametrize("status", ["optimal", "error"])
+def test_a_solver_point_that_overlaps_is_an_error_not_a_packing(monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    """Values that are no packing (here every free record at one offset), whatever status comes
+    with them, are reported as ``error``, never as ``packed``."""
+    sizes, first, last, offsets = [4, 4, 4], [0, 2, 1], [1, 3, 2], [0, 4, 8]
+
+    def at_one_offset(milp, backend, time_limit_s):  # type: ignore[no-untyped-def]
+        return status, np.array(milp.col_lo), None, None
+
+    monkeypatch.setattr(window_module, "solve_arrays", at_one_offset)
+    assert repack_under(sizes, first, last, offsets, [0, 1, 2], 8, 30.0).status == "error"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_remat_cuts import cut_options, gapped_graphs, least_cut_cost, peak, planned_with
 from test_remat_cutsearch import fitting_start
@@ -117,7 +117,8 @@ def test_the_multi_search_fits_never_costs_more_than_its_start_nor_less_than_bru
     combos = 1
     for name in model.candidate_names():
         combos *= 1 + len(cut_options(graph, name)) + len(list(drops_of(graph, [name])))
-    assume(combos <= 3000)
+    if combos > 3000:  # past what the brute force enumerates in seconds; not an assume after the search
+        return
     exact = least_multi_cost(graph, budget)
     assert exact is not None and found.cost >= exact - 1e-9
     verify(graph, planned_with(graph, result_of(graph, found.names, "budget", peak(graph), 0.0,

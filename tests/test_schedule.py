@@ -120,6 +120,21 @@ def test_profiles_by_columns_are_the_simulator_profiles(graph: Graph, rng: rando
     assert all(type(step) is int for profile in mem.profiles(orders) for step in profile)
 
 
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=12, min_ops=1, max_bytes=2**20), st.data())
+def test_profiles_of_orders_that_repeat_or_skip_ops_are_the_step_by_step_profiles(graph: Graph,
+                                                                                 data: st.DataObject) -> None:
+    """Orders that run some op twice, or an op out of range, are no permutation: ``profiles``
+    gives what ``profile`` gives for them (the columns would read steps never written)."""
+    mem = Memory.of(graph)
+    n = mem.num_ops
+    order = data.draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n))
+    if len(set(order)) == n:
+        order[0] = order[-1] if n > 1 else order[0]
+    orders = [tuple(order), tuple(range(n))]
+    assert mem.profiles(orders) == [mem.profile(o) for o in orders]
+
+
 @settings(max_examples=200, deadline=None)
 @given(graphs(max_ops=30, min_ops=0, max_bytes=2**40))
 def test_memory_model_by_arrays_is_the_one_by_loops(graph: Graph) -> None:

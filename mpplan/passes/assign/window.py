@@ -115,7 +115,7 @@ def repack_under(
     backend = available_backend()
     if backend is None:
         return Repack(None, "no_backend")
-    free = [j for j in free if sizes[j]]
+    free = [j for j in dict.fromkeys(free) if sizes[j]]  # a record named twice is one record
     if not free:
         return Repack(tuple(offsets), "packed")
     if min(offsets[j] for j in free) + max(sizes[j] for j in free) > cap:
@@ -130,9 +130,25 @@ def repack_under(
     status, x, _, _ = solve_arrays(milp, backend, time_limit_s)
     if status == "infeasible":
         return Repack(None, "infeasible")
-    if x is None:
+    if x is None or status not in ("optimal", "time_limit"):
         return Repack(None, "time_limit" if status == "time_limit" else "error")
     out = list(offsets)
     for j, col in zip(free, milp.columns):
         out[j] = round(x[col]) * unit
+    base = min(offsets[j] for j in free)
+    if not _fits(sizes, first, last, out, free, base, cap):  # a point within the solver's tolerances only
+        return Repack(None, "error")
     return Repack(tuple(out), "packed")
+
+
+def _fits(sizes: Sequence[int], first: Sequence[int], last: Sequence[int], offsets: Sequence[int],
+          free: Sequence[int], base: int, cap: int) -> bool:
+    """Whether the ``free`` records lie in ``[base, cap)`` and miss every record live with them."""
+    for j in free:
+        if offsets[j] < base or offsets[j] + sizes[j] > cap:
+            return False
+        for k in range(len(sizes)):
+            if k != j and sizes[k] and _overlap(first, last, j, k) \
+                    and offsets[j] < offsets[k] + sizes[k] and offsets[k] < offsets[j] + sizes[j]:
+                return False
+    return True

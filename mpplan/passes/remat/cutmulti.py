@@ -91,8 +91,8 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
                  deadline: float) -> CutFit | None:
     """A cheaper answer than ``names`` (cut at ``from_ops``; it must fit ``limit`` bytes)
     with double drops, found by ``deadline`` (``time.perf_counter()``); ``None`` when none
-    is found, ``names`` are neither one round nor ``joint_names``' or the graph is outside
-    the cut model (module docstring)."""
+    is found, when ``names`` are neither one round's recomputes nor of ``joint_names``' form,
+    or when the graph is outside the cut model (module docstring)."""
     start = _parsed(graph, names, from_ops)
     if start is None:
         return None

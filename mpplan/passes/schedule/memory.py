@@ -183,20 +183,23 @@ class Memory:
 
         A storage is live from the step of its first toucher through that of its last (outputs:
         through the last step), so each order's profile is a running sum of +bytes at the first
-        step and -bytes just past the last.
+        step and -bytes just past the last.  That holds only for an order that runs every op
+        once and storages that some op touches: any other input goes to ``profile``.
         """
         n = self.num_ops
-        if not all(len(order) == n for order in orders) or sum(self.nbytes) >= _INT64_SAFE or not self.nbytes:
-            return [self.profile(order) for order in orders]
         counts = np.fromiter(map(len, self.touchers), dtype=np.int64, count=len(self.touchers))
+        if sum(self.nbytes) >= _INT64_SAFE or not self.nbytes or not counts.all():
+            return [self.profile(order) for order in orders]
         touches = np.fromiter(itertools.chain.from_iterable(self.touchers), dtype=np.int64, count=int(counts.sum()))
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         nbytes = np.array(self.nbytes, dtype=np.int64)
         to_end = np.array(self.to_end, dtype=bool)
         found = []
         for order in orders:
-            step = np.empty(n, dtype=np.int64)
-            step[np.array(order, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+            step = _steps_of(order, n)
+            if step is None:
+                found.append(self.profile(order))
+                continue
             at = step[touches]
             last = np.maximum.reduceat(at, starts)
             last[to_end] = n - 1
@@ -224,3 +227,13 @@ def _segment_sums(values: np.ndarray, ends: np.ndarray) -> np.ndarray:
 def _split(values: list[int], ends: list[int]) -> tuple[tuple[int, ...], ...]:
     """``values`` cut into consecutive tuples ending (exclusive) at ``ends``."""
     return tuple([tuple(values[lo:hi]) for lo, hi in zip([0, *ends], ends)])
+
+
+def _steps_of(order: Sequence[int], n: int) -> np.ndarray | None:
+    """Each op's step in ``order``, or ``None`` unless ``order`` runs each of the ``n`` ops once."""
+    ops = np.fromiter(order, dtype=np.int64, count=len(order))
+    if len(ops) != n or (n and (ops.min() < 0 or ops.max() >= n)):
+        return None
+    step = np.full(n, -1, dtype=np.int64)
+    step[ops] = np.arange(n, dtype=np.int64)
+    return step if n == 0 or step.min() >= 0 else None
