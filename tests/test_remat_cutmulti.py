@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import itertools
 import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +24,7 @@ from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import apply_recompute, build_model
 from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat import cutmulti
 from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
 from mpplan.verify import verify
@@ -62,6 +67,27 @@ def test_the_search_replaces_the_dear_recompute_by_a_double_drop_of_the_cheap_on
     assert search_multi(graph, found.names[:1], {"a": "D"}, 510, time.perf_counter() + 10.0) is None
     assert search_multi(graph, found.names, found.from_ops, 410, time.perf_counter() + 10.0) is None  # its own start
     assert search_multi(graph, found.names, {"a": "C1"}, 410, time.perf_counter() + 10.0) is None  # a drop uncut
+
+
+def test_a_screened_answer_that_fits_cheaper_is_kept_when_the_screening_spends_the_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screening of ``A``'s double drops from ``B`` (5) already prunes ``B``: 2.  With the
+    clock past the deadline once the screening ends (no trial runs), that answer is returned."""
+    graph = twice_read()
+    screened = cutmulti._screened
+    late = [0.0]
+
+    def spending(*args: Any) -> Any:
+        found = screened(*args)
+        late[0] = 3600.0 if found else 0.0  # ``B``'s own tier has no double drop
+        return found
+
+    monkeypatch.setattr(cutmulti, "_screened", spending)
+    monkeypatch.setattr(cutmulti, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late[0]))
+    found = search_multi(graph, ["B"], {"b": "D"}, 410, time.perf_counter() + 10.0)
+    assert late[0] and found is not None and found.cost == 2.0
+    assert (found.names, found.from_ops) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
+    assert peak(apply_recompute(graph, found.names, found.from_ops)) <= 410
 
 
 def test_the_search_goes_on_from_double_drops() -> None:

@@ -14,9 +14,10 @@ choice.
 kept so far) fixed, and runs the one-round cut search (``cutsearch.improve_cuts``) for
 the rest of the answer on that rewrite, where freeing the second gap may make other
 recomputes unneeded.  The drops are tried cheapest first by a quick score: the rest
-pruned on that rewrite (``_screened``).  An answer is kept only when ``apply_recompute``
-of its names on the original graph fits the budget by ``sim`` and costs less; then the
-moves start again from it, until ``deadline``.  On RL250 at 0.8 this finds 5.64% from
+pruned on that rewrite (``_screened``); a screened answer fits as it stands, so it is
+kept when the cut search from its drop finds nothing cheaper (or the screening used up the
+time).  An answer is kept only when ``apply_recompute`` of its names on the original graph
+fits the budget by ``sim`` and costs less; then the moves start again from it, until ``deadline``.  On RL250 at 0.8 this finds 5.64% from
 the one-recompute search's 5.95% (docs/benchmarks.md).  The exact cut MILP has no
 double-drop options yet.
 """
@@ -109,12 +110,14 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
         once = sorted((n for n in best.names if n not in dropped), key=lambda n: -present[n])
         others = sorted((n for n in candidates if n not in dropped and n not in best.names), key=lambda n: -present[n])
         for tier in (once, others):  # "add a second drop" or "split a drop" first, then a new double drop
-            for drop in _screened(graph, best, tier, limit, deadline):
-                if time.perf_counter() > deadline:
+            for pruned in _screened(graph, best, tier, limit, deadline):
+                found = None if time.perf_counter() > deadline else _trial(
+                    graph, best, pruned.drops[-1], limit, min(deadline, time.perf_counter() + TRIAL_SECONDS))
+                better = found if found is not None and found.cost < pruned.cost else pruned
+                if better.cost < best.cost:  # the screened answer fits too: kept when the trial is no cheaper
+                    best, improved = better, True
                     break
-                found = _trial(graph, best, drop, limit, min(deadline, time.perf_counter() + TRIAL_SECONDS))
-                if found is not None and found.cost < best.cost:
-                    best, improved = found, True
+                if time.perf_counter() > deadline:
                     break
             if improved:
                 break
@@ -155,18 +158,18 @@ def _parsed(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]) -> 
     return _Answer(tuple(drops), rest, cuts, sum(cost[n] for n in rest) + sum(2 * cost[d.op] for d in drops))
 
 
-def _screened(graph: Graph, best: _Answer, ops: Sequence[str], limit: int, deadline: float) -> list[Drop]:
-    """The double drops of ``ops`` to try from ``best``: those with which the rest of
-    ``best`` still fits, cheapest first after pruning what the drop makes unneeded (a
-    cheap score: the cut search proper runs on them in this order)."""
-    scored: list[tuple[float, int, Drop]] = []
+def _screened(graph: Graph, best: _Answer, ops: Sequence[str], limit: int, deadline: float) -> list[_Answer]:
+    """``best`` with each double drop of ``ops`` with which the rest of ``best`` still fits,
+    the rest pruned of what the drop makes unneeded: fitting answers, cheapest first (a
+    cheap score: the cut search proper runs on their drops in this order)."""
+    scored: list[tuple[float, int, _Answer]] = []
     for k, drop in enumerate(drops_of(graph, ops)):
         if time.perf_counter() > deadline:
             break
         pruned = _trial(graph, best, drop, limit, 0.0)
         if pruned is not None:
-            scored.append((pruned.cost, k, drop))
-    return [drop for *_, drop in sorted(scored)]
+            scored.append((pruned.cost, k, pruned))
+    return [pruned for *_, pruned in sorted(scored, key=lambda s: s[:2])]
 
 
 def _trial(graph: Graph, best: _Answer, drop: Drop | None, limit: int, deadline: float) -> _Answer | None:
