@@ -22,8 +22,8 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import apply_recompute, build_model
-from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat import api, apply_recompute, build_model, remat
+from mpplan.passes.remat.api import MULTI_SHARE, SEARCH_SHARE, result_of
 from mpplan.passes.remat import cutmulti
 from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
@@ -149,3 +149,34 @@ def test_the_multi_search_fits_never_costs_more_than_its_start_nor_less_than_bru
     assert exact is not None and found.cost >= exact - 1e-9
     verify(graph, planned_with(graph, result_of(graph, found.names, "budget", peak(graph), 0.0,
                                                 from_ops=found.from_ops)))
+
+
+def test_the_cut_phase_ends_by_the_rounds_end_so_the_search_keeps_its_share(monkeypatch) -> None:
+    """The cut phase takes half the time to the limit, but no more than to the second-round
+    phase's end: here the first fit takes a third of the limit and the cut phase every second
+    it is given, and the search still starts with its whole share (before, the cut phase ran
+    to two thirds of the limit, past the rounds' end, and the search got a third of its share)."""
+    limit_s = 3.0
+    seconds: dict[str, float] = {}
+    fit_budget = api.fit_budget
+
+    def slow_fit(*args: Any) -> Any:
+        found = fit_budget(*args)
+        time.sleep(limit_s / 3)
+        return found
+
+    def cuts(model: object, limit: int, solver: str, time_limit_s: float, *, beat: float) -> None:
+        seconds["cuts"] = time_limit_s
+        time.sleep(time_limit_s)
+
+    def search(model: object, names: object, from_ops: object, limit: int, deadline: float) -> None:
+        seconds["search"] = deadline - time.perf_counter()
+
+    monkeypatch.setattr(api, "fit_budget", slow_fit)
+    monkeypatch.setattr(api, "fit_cuts", cuts)
+    monkeypatch.setattr(api, "search_cuts", search)
+    monkeypatch.setattr(api, "search_multi", lambda *args: None)
+    r = remat(twice_read(), "budget", budget=460, time_limit_s=limit_s)
+    assert r.peak_bytes <= 460 < peak(twice_read()) and r.added_cost > 0
+    assert seconds["cuts"] <= (1 - SEARCH_SHARE - MULTI_SHARE - 1 / 3) * limit_s
+    assert seconds.get("search", 0.0) >= 0.8 * SEARCH_SHARE * limit_s

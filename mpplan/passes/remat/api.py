@@ -28,6 +28,9 @@ POLICIES = ("none", "mirror", "sqrt", "budget")
 #: With ``solver="auto"``, the share of ``time_limit_s`` kept for the local search on cut
 #: points (``cutsearch``): the second-round phase, which takes all the time it is given,
 #: ends before it, so the search runs even then (RL1000 at 0.9 ended at 0.82% without it).
+#: The cut phase ends by the second-round phase's end too (it takes half the time to the
+#: limit, at most that): else, once it used its half, the rounds had no time at all and the
+#: search started late (docs/benchmarks.md).
 SEARCH_SHARE = 0.25
 
 #: With ``solver="auto"``, the share of ``time_limit_s`` kept after the search for double
@@ -141,8 +144,8 @@ def remat(
     more than once on graphs without a backward pass: one round at the rule's cuts gets a
     third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
     second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
-    when that covers the fits it makes, timed as the first; with ``auto`` the rounds stop short of
-    the last ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit, where a local search on cuts,
+    when that covers the fits it makes, timed as the first; with ``auto`` the cuts and then the
+    rounds stop short of the last ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit, where a local search on cuts,
     ``cutsearch``, and then one with double drops, ``cutmulti``, use whatever they left),
     or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
@@ -201,7 +204,8 @@ def remat(
             continue
         beat = result.added_cost
         once = [repeated_op(op) for op in result.recompute_ops]
-        found = (fit_cuts(model, limit, solver, left / 2, beat=beat) if kind == "cuts"
+        cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts end by the rounds' end
+        found = (fit_cuts(model, limit, solver, min(left / 2, cap), beat=beat) if kind == "cuts"
                  else fit_rounds(model, limit, solver, left, beat=beat) if kind == "rounds"
                  else search_cuts(model, once, result.from_ops, limit, end) if kind == "search"
                  else search_multi(graph, once, result.from_ops, limit, end))
