@@ -190,6 +190,17 @@ def test_in_place_write_waits_for_readers_of_the_previous_version():
     assert set(topo.succs[B]) == {C}
 
 
+def test_in_place_write_waits_for_readers_of_a_view_of_its_storage():
+    """Readers are kept per storage written in place: one reading a view of ``a`` counts for ``a``'s write."""
+    g = graph(
+        [X, Tensor("a", 8), Tensor("av", 0, alias_of="a"), Tensor("b", 8), Tensor("c", 8)],
+        [Op("A", "f", ("x",), ("a",)), Op("V", "view", ("a",), ("av",)), Op("B", "f", ("av",), ("b",)),
+         Op("C", "relu", ("a",), ("a",)), Op("D", "f", ("b",), ("c",))],
+        ["a", "c"],
+    ).validate()
+    assert set(g.topology.preds[3]) == {0, 1, 2}, "the write waits for B, which read a through the view"
+
+
 def test_in_place_op_is_not_a_second_producer_and_shares_storage():
     g = inplace_graph()
     topo = g.topology
