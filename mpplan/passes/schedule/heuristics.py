@@ -10,6 +10,7 @@ import heapq
 from collections.abc import Callable, Sequence
 
 from mpplan.graph import Graph
+from mpplan.passes.schedule.given import keeps_given_order
 from mpplan.passes.schedule.memory import TIME_LIMIT, Memory, Order
 from mpplan.topo import topological_order
 
@@ -115,9 +116,13 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
     change only when an op sharing a storage runs; each change re-pushes the op
     (lazy heap updates: only an op's latest entry counts) unless its key came out
     the same, so the whole run is O(E log V).  The last remaining toucher of a storage is the XOR
-    of the ids of those that have not run yet.
+    of the ids of those that have not run yet.  When the keys at the steps with a choice show
+    the run would keep the given order (``given.keeps_given_order``), that order is returned
+    without the run.
     """
     n = mem.num_ops
+    if keeps_given_order(mem, peak_first):
+        return tuple(range(n))
     nbytes, to_end, touchers, storages, succs = mem.nbytes, mem.to_end, mem.touchers, mem.storages, mem.succs
     remaining = [len(t) for t in touchers]
     started = [False] * len(touchers)
