@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from mpplan.graph import Graph
-from mpplan.passes.schedule.given import keeps_given_order
+from mpplan.passes.schedule.given import keeps_given_order, queue_keeps_given_order
 from mpplan.passes.schedule.memory import TIME_LIMIT, Memory, Order
 from mpplan.topo import topological_order
 
@@ -20,13 +21,21 @@ def _as_given(mem: Memory) -> Order:
 
 
 def _dfs(mem: Memory) -> Order:
-    """Depth first: the op enabled last runs first, lowest id first among siblings."""
-    return tuple(topological_order(mem.succs, [len(p) for p in mem.preds], ready="lifo"))
+    """Depth first: the op enabled last runs first, lowest id first among siblings.
+    The given order where its choice steps show the walk keeps it (``given``)."""
+    return _walk(mem, "lifo")
 
 
 def _bfs(mem: Memory) -> Order:
-    """Breadth first: ops run in the order they become ready, ties by id."""
-    return tuple(topological_order(mem.succs, [len(p) for p in mem.preds], ready="fifo"))
+    """Breadth first: ops run in the order they become ready, ties by id.
+    The given order where its choice steps show the walk keeps it (``given``)."""
+    return _walk(mem, "fifo")
+
+
+def _walk(mem: Memory, ready: Literal["fifo", "lifo"]) -> Order:
+    if queue_keeps_given_order(mem, ready):
+        return tuple(range(mem.num_ops))
+    return tuple(topological_order(mem.succs, [len(p) for p in mem.preds], ready=ready))
 
 
 def _longest_path(mem: Memory) -> Order:
