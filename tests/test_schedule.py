@@ -442,9 +442,10 @@ def _checked_given(mem: Memory, peak_first: bool) -> bool | None:
 @given(graphs(max_ops=25, min_ops=0), st.data())
 def test_the_given_order_check_agrees_with_the_list_schedulers(graph: Graph, data: st.DataObject) -> None:
     """Wherever ``keeps_given_order`` answers, it answers whether the scheduler (by its quadratic
-    definition) runs the given order, and ``queue_keeps_given_order`` whether BFS and DFS do; a chain through some ops (each one on the op before it) leaves
-    few rivals, so most examples are answered, both ways."""
-    chained = {k for k in range(1, len(graph.ops)) if data.draw(st.booleans(), label=f"chain {k}")}
+    definition) runs the given order, and ``queue_keeps_given_order`` whether BFS and DFS do; a
+    chain through about three ops in four (each one on the op before it) leaves few rivals, so about
+    60% of the examples are answered, both ways (counted on 300 examples)."""
+    chained = {k for k in range(1, len(graph.ops)) if data.draw(st.integers(0, 3), label=f"chain {k}")}
     ops = [dataclasses.replace(op, inputs=(*op.inputs, graph.ops[k - 1].outputs[0]))
            if k in chained and graph.ops[k - 1].outputs and graph.ops[k - 1].outputs[0] not in op.inputs else op
            for k, op in enumerate(graph.ops)]
