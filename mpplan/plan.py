@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from mpplan.durable import write_json
 from mpplan.errors import PlanError
 from mpplan.graph_hash import graph_hash_like, hash_matches
+from mpplan.json_text import Table
 from mpplan.plan_records import PlanSettings, RematRecord
 from mpplan.reading import load_json, read_document
 
@@ -139,6 +141,12 @@ class Plan:
         return tuple((d.name, d.peak_bytes - d.capacity_bytes) for d in self.devices if d.peak_bytes > d.capacity_bytes)
 
     def to_dict(self) -> dict[str, Any]:
+        return self._document(
+            {t: {"device": b.device, "offset": b.offset, "bytes": b.bytes} for t, b in self.buffers.items()}
+        )
+
+    def _document(self, buffers: Any) -> dict[str, Any]:
+        """``to_dict`` with ``buffers`` as given: ``save_plan`` hands a ``json_text.Table`` of the same records."""
         return {
             "schema": SCHEMA,
             "graph": {"name": self.graph_name, "hash": self.graph_hash},
@@ -159,7 +167,7 @@ class Plan:
             "copies": [
                 {"name": c.name, "tensor": c.tensor, "src": c.src, "dst": c.dst, "bytes": c.bytes} for c in self.copies
             ],
-            "buffers": {t: {"device": b.device, "offset": b.offset, "bytes": b.bytes} for t, b in self.buffers.items()},
+            "buffers": buffers,
             "remat": [r.to_dict() for r in self.remat],
             "predicted": {
                 "max_peak_bytes": self.max_peak_bytes,
@@ -264,8 +272,12 @@ def _block_dict(block: Block) -> dict[str, Any]:
 
 
 def save_plan(plan: Plan, path: str | Path) -> Path:
-    """Write ``plan.json`` atomically (a temp file renamed into place)."""
-    return write_json_atomic(plan.to_dict(), path)
+    """Write ``plan.json`` atomically (a temp file renamed into place): ``plan.to_dict()``, its
+    buffers taken by column from the ``Buffer`` records instead of a dict made for each."""
+    records = plan.buffers.values()
+    fields = ("device", "offset", "bytes")
+    buffers = Table(list(plan.buffers), fields, tuple(list(map(attrgetter(f), records)) for f in fields))
+    return write_json_atomic(plan._document(buffers), path)
 
 
 def load_plan(path: str | Path) -> Plan:

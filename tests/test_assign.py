@@ -31,6 +31,7 @@ from mpplan.passes.assign import (
     share_objects,
 )
 from mpplan.passes.assign.heuristics import best_fit, greedy_by_size, overlap_pairs
+from mpplan.passes.assign.records import sweep_load, sweep_load_by_loop
 from mpplan.passes.assign.search import search_offsets
 from mpplan.passes.assign.skyline import RANK_RULES, busiest_load, rank_by, skyline
 from mpplan.passes.assign.squeaky import round_cost, squeaky_wheel
@@ -763,3 +764,19 @@ def test_overlap_pairs_counts_by_brute_force_and_stops_only_past_the_limit(range
         assert counted == exact
     else:
         assert stop_above < counted <= exact
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**40, 2**40), st.integers(-5, 40), st.integers(0, 10)), max_size=30),
+       st.sampled_from([1, 2**61, 2**70]))
+def test_sweep_load_by_columns_and_by_loop_equal_the_most_bytes_live_at_a_step(
+    spans: list[tuple[int, int, int]], scale: int
+) -> None:
+    """``sweep_load`` (int64 columns, or Python ints past them: ``scale`` 2**61 and 2**70 push the
+    sizes over) and its loop give the most bytes live at one step, counted step by step (negative
+    sizes, which no plan has, too)."""
+    sizes = [size * scale for size, _, _ in spans]
+    first = [lo for _, lo, _ in spans]
+    last = [lo + length for _, lo, length in spans]
+    most = max([sum(s for s, a, b in zip(sizes, first, last) if a <= step <= b) for step in range(-5, 51)], default=0)
+    assert sweep_load(sizes, first, last) == sweep_load_by_loop(sizes, first, last) == max(most, 0)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpplan.json_text import dumps_indented, records_text
+from mpplan.json_text import Table, dumps_indented, records_text
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8)
 KEYS = st.text(max_size=6) | st.integers(-5, 5) | st.floats(allow_nan=False) | st.booleans() | st.none()
@@ -91,3 +91,40 @@ def test_errors_are_the_standard_ones() -> None:
     loop.append([loop])
     with pytest.raises(ValueError, match="Circular reference"):
         dumps_indented({"a": loop})
+
+
+def _table_of(records: dict[str, dict[str, object]]) -> Table:
+    """The ``Table`` of a mapping of records with the same fields (its columns as lists)."""
+    fields = tuple(next(iter(records.values()), {}))
+    return Table(list(records), fields, tuple([record[f] for record in records.values()] for f in fields))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables(), st.integers(0, 2))
+def test_a_table_is_written_as_its_mapping(table: dict[str, dict[str, object]], depth: int) -> None:
+    """A ``Table`` (a plan's buffers by column) comes out as json.dumps writes the mapping it stands for."""
+    assert _table_of(table).as_dict() == table
+    value: object = _table_of(table)
+    plain: object = table
+    for _ in range(depth):
+        value, plain = {"buffers": value, "other": [1]}, {"buffers": plain, "other": [1]}
+    assert dumps_indented(value) == json.dumps(plain, indent=1)
+
+
+@pytest.mark.parametrize("records", [
+    {"a": {"x": 1}, "b": {"x": "1"}},  # a column of two types
+    {"a": {"x": True}},  # bool, float and None are left to the encoders
+    {"a": {"x": 1.5}},
+    {"a": {"x": [1]}},
+    {"a": {}},  # no field
+    {},  # no record
+    {1: {"x": 1}},  # a key that is no string
+])
+def test_tables_off_the_column_path_are_written_as_their_mapping(records: dict[object, dict[str, object]]) -> None:
+    fields = tuple(next(iter(records.values()), {}))
+    table = Table(list(records), fields, tuple([r[f] for r in records.values()] for f in fields))
+    assert dumps_indented({"v": table}) == json.dumps({"v": records}, indent=1)
+    # beside a value only the standard encoder writes (an IntEnum), or one it refuses (a set)
+    assert dumps_indented({"v": table, "c": Colour.RED}) == json.dumps({"v": records, "c": Colour.RED}, indent=1)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_indented({"v": table, "s": {1}})

@@ -32,6 +32,7 @@ def test_a_planned_plan_holds_typed_records_that_write_the_same_json(rematted, t
     first = planned.remat[0]
     assert first.recompute_op == f"{first.op}@recompute" and first.bytes == graph.tensor(first.tensor).nbytes
     text = save_plan(planned, tmp_path / "plan.json").read_text()
+    assert text == json.dumps(planned.to_dict(), indent=1) + "\n"  # the buffers, written by column, included
     data = json.loads(text)
     assert list(data["planner"]["settings"]) == list(planned.settings)  # the planner's key order, kept
     assert data["remat"][0] == {"tensor": first.tensor, "op": first.op, "recompute_op": first.recompute_op,

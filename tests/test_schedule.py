@@ -7,15 +7,18 @@ ops; ``mpplan.sim.order_load`` scores every order, so the schedulers' own scorin
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import random
 from collections import Counter
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import graphs, layered_graph, random_order
 
+from mpplan.capture.synthetic import synthetic_graph
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.liveness import check_order, live_ranges
@@ -24,8 +27,10 @@ from mpplan.passes.schedule import SCHEDULERS, SearchLimitError, schedule
 from mpplan.passes.schedule import searching
 from mpplan.passes.schedule.climber import Budget, Climber
 from mpplan.passes.schedule.frontiers import exact_search
+from mpplan.passes.schedule.given import keeps_given_order, queue_keeps_given_order, rivals_by_step
 from mpplan.passes.schedule.memory import Memory
 from mpplan.sim import live_profile, order_load
+from mpplan.topo import topological_order
 
 HEURISTICS = ("as_given", "longest_path", "greedy_free", "least_peak", "dfs", "bfs")
 
@@ -414,3 +419,97 @@ def test_docstring_example() -> None:
 def test_auto_schedules_a_100k_op_graph() -> None:
     g = layered_graph(100_000)
     check_order(g, schedule(g, "auto"))
+
+
+def _checked_walk(mem: Memory, ready: Literal["fifo", "lifo"]) -> bool | None:
+    """``queue_keeps_given_order``, held to the topological sort itself wherever it answers."""
+    answer = queue_keeps_given_order(mem, ready)
+    if answer is not None:
+        walked = topological_order(mem.succs, [len(p) for p in mem.preds], ready=ready)
+        assert answer == (walked == list(range(mem.num_ops)))
+    return answer
+
+
+def _checked_given(mem: Memory, peak_first: bool) -> bool | None:
+    """``keeps_given_order``, held to the rescoring definition wherever it answers."""
+    answer = keeps_given_order(mem, peak_first)
+    if answer is not None:
+        assert answer == (list_schedule_by_rescoring(mem, peak_first) == tuple(range(mem.num_ops)))
+    return answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs(max_ops=25, min_ops=0), st.data())
+def test_the_given_order_check_agrees_with_the_list_schedulers(graph: Graph, data: st.DataObject) -> None:
+    """Wherever ``keeps_given_order`` answers, it answers whether the scheduler (by its quadratic
+    definition) runs the given order, and ``queue_keeps_given_order`` whether BFS and DFS do; a
+    chain through about three ops in four (each one on the op before it) leaves few rivals, so about
+    60% of the examples are answered, both ways (counted on 300 examples)."""
+    chained = {k for k in range(1, len(graph.ops)) if data.draw(st.integers(0, 3), label=f"chain {k}")}
+    ops = [dataclasses.replace(op, inputs=(*op.inputs, graph.ops[k - 1].outputs[0]))
+           if k in chained and graph.ops[k - 1].outputs and graph.ops[k - 1].outputs[0] not in op.inputs else op
+           for k, op in enumerate(graph.ops)]
+    graph = dataclasses.replace(graph, ops=tuple(ops)).validate()
+    mem = Memory.of(graph)
+    for peak_first in (False, True):
+        _checked_given(mem, peak_first)
+    for ready in ("fifo", "lifo"):
+        _checked_walk(mem, ready)
+
+
+def test_the_given_order_check_answers_on_a_transformer_and_skips_the_run() -> None:
+    """The synthetic transformer's training step (one choice: ``loss`` or ``loss.backward``) is
+    answered by the check, and the schedulers then return the given order without running."""
+    graph = synthetic_graph("transformer", layers=2, train=True)
+    mem = Memory.of(graph)
+    rivals = rivals_by_step(mem)
+    assert rivals is not None and 0 < sum(map(len, rivals.values())) <= 2
+    assert _checked_given(mem, False) is True and _checked_given(mem, True) is True
+    assert _checked_walk(mem, "fifo") is True and _checked_walk(mem, "lifo") is True
+
+
+def test_the_given_order_check_says_no_where_a_rival_allocates_less() -> None:
+    """Two ops ready at the start: the given first one allocates a big temporary, its rival a
+    small one, so greedy_free runs the rival first; the check says so at the first step."""
+    g = Graph("g", (
+        Tensor("x", 8, Kind.INPUT), Tensor("a", 4), Tensor("big", 64), Tensor("b", 4),
+    ), (
+        Op("make_big", "f", ("x",), ("big",)),
+        Op("first", "f", ("x",), ("a",)),
+        Op("second", "f", ("big",), ("b",)),
+    ), ("a", "b")).validate()
+    mem = Memory.of(g)
+    assert rivals_by_step(mem) == {0: [1], 1: [2]}
+    assert _checked_given(mem, False) is False
+    assert schedule(g, "greedy_free")[0] == 1
+    # after make_big, DFS runs what make_big enabled; BFS what was ready before
+    assert _checked_walk(mem, "lifo") is False and schedule(g, "dfs") == (0, 2, 1)
+    assert _checked_walk(mem, "fifo") is True and schedule(g, "bfs") == (0, 1, 2)
+
+
+def test_the_given_order_check_says_no_where_bfs_runs_an_older_op() -> None:
+    """``b`` (given second) is enabled by ``a``, while ``c`` was ready from the start: BFS runs ``c`` first."""
+    g = Graph("g", (Tensor("x", 8, Kind.INPUT), Tensor("a", 4), Tensor("b", 4), Tensor("c", 4)), (
+        Op("a", "f", ("x",), ("a",)),
+        Op("b", "f", ("a",), ("b",)),
+        Op("c", "f", ("x",), ("c",)),
+    ), ("b", "c")).validate()
+    mem = Memory.of(g)
+    assert _checked_walk(mem, "fifo") is False and schedule(g, "bfs") == (0, 2, 1)
+    assert _checked_walk(mem, "lifo") is True and schedule(g, "dfs") == (0, 1, 2)
+
+
+def test_the_given_order_check_counts_what_a_rival_frees() -> None:
+    """After ``p``, ``q`` (given next) allocates 16 bytes and ``r`` 32, but ``r`` is the last toucher
+    of ``p``'s 64-byte ``h``: freeing it makes ``r`` greedy_free's pick, and the check must see that."""
+    g = Graph("g", (
+        Tensor("x", 8, Kind.INPUT), Tensor("h", 64), Tensor("g", 1), Tensor("c", 16), Tensor("d", 32),
+    ), (
+        Op("p", "f", ("x",), ("h", "g")),
+        Op("q", "f", ("g",), ("c",)),
+        Op("r", "f", ("h",), ("d",)),
+    ), ("c", "d")).validate()
+    mem = Memory.of(g)
+    assert rivals_by_step(mem) == {1: [2]}
+    assert _checked_given(mem, False) is False
+    assert schedule(g, "greedy_free") == (0, 2, 1)

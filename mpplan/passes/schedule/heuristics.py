@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from mpplan.graph import Graph
+from mpplan.passes.schedule.given import keeps_given_order, queue_keeps_given_order
 from mpplan.passes.schedule.memory import TIME_LIMIT, Memory, Order
 from mpplan.topo import topological_order
 
@@ -19,13 +21,21 @@ def _as_given(mem: Memory) -> Order:
 
 
 def _dfs(mem: Memory) -> Order:
-    """Depth first: the op enabled last runs first, lowest id first among siblings."""
-    return tuple(topological_order(mem.succs, [len(p) for p in mem.preds], ready="lifo"))
+    """Depth first: the op enabled last runs first, lowest id first among siblings.
+    The given order where its choice steps show the walk keeps it (``given``)."""
+    return _walk(mem, "lifo")
 
 
 def _bfs(mem: Memory) -> Order:
-    """Breadth first: ops run in the order they become ready, ties by id."""
-    return tuple(topological_order(mem.succs, [len(p) for p in mem.preds], ready="fifo"))
+    """Breadth first: ops run in the order they become ready, ties by id.
+    The given order where its choice steps show the walk keeps it (``given``)."""
+    return _walk(mem, "fifo")
+
+
+def _walk(mem: Memory, ready: Literal["fifo", "lifo"]) -> Order:
+    if queue_keeps_given_order(mem, ready):
+        return tuple(range(mem.num_ops))
+    return tuple(topological_order(mem.succs, [len(p) for p in mem.preds], ready=ready))
 
 
 def _longest_path(mem: Memory) -> Order:
@@ -115,9 +125,13 @@ def _list_schedule(mem: Memory, peak_first: bool) -> Order:
     change only when an op sharing a storage runs; each change re-pushes the op
     (lazy heap updates: only an op's latest entry counts) unless its key came out
     the same, so the whole run is O(E log V).  The last remaining toucher of a storage is the XOR
-    of the ids of those that have not run yet.
+    of the ids of those that have not run yet.  When the keys at the steps with a choice show
+    the run would keep the given order (``given.keeps_given_order``), that order is returned
+    without the run.
     """
     n = mem.num_ops
+    if keeps_given_order(mem, peak_first):
+        return tuple(range(n))
     nbytes, to_end, touchers, storages, succs = mem.nbytes, mem.to_end, mem.touchers, mem.storages, mem.succs
     remaining = [len(t) for t in touchers]
     started = [False] * len(touchers)

@@ -40,6 +40,9 @@ class Memory:
     ``start_allocated[k]``, ``start_freed[k]`` and ``start_unrun[s]`` are the list
     schedulers' starting totals (before any op runs), derived once here so each
     scheduler run copies them instead of rebuilding them over every storage.
+    ``ready_from[k]``: the step of the given order ``0..n-1`` from which ``k`` is ready
+    (one past its last predecessor), which the heuristics' checks for keeping that
+    order share (``given``).
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -51,6 +54,7 @@ class Memory:
     start_allocated: tuple[int, ...]
     start_freed: tuple[int, ...]
     start_unrun: tuple[int, ...]
+    ready_from: tuple[int, ...]
 
     @staticmethod
     def of(graph: Graph) -> Memory:
@@ -106,6 +110,7 @@ class Memory:
             start_allocated=tuple(allocated.tolist()),
             start_freed=tuple(freed.tolist()),
             start_unrun=tuple(unrun.tolist()),
+            ready_from=_ready_from(topo.preds),
         )
 
     @staticmethod
@@ -150,6 +155,7 @@ class Memory:
             start_allocated=tuple([sum([nbytes[s] for s in st]) for st in storages]),
             start_freed=tuple([sum([freeable[s] for s in st]) for st in storages]),
             start_unrun=tuple(unrun),
+            ready_from=_ready_from(topo.preds),
         )
 
     @property
@@ -216,6 +222,11 @@ class Memory:
 
 #: ``Memory.of`` sums bytes in int64 arrays only below this bound (largest size times touches).
 _INT64_SAFE = 2**62
+
+
+def _ready_from(preds: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """One past each op's last predecessor: the step of the given order from which it is ready."""
+    return tuple([max(p) + 1 if p else 0 for p in preds])
 
 
 def _segment_sums(values: np.ndarray, ends: np.ndarray) -> np.ndarray:
