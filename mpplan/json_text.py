@@ -4,10 +4,11 @@ With ``indent`` set, the standard library encodes in pure Python through a chain
 generators; its C encoder serves only the one-line form.  ``dumps_indented`` walks the
 containers itself and hands each container of scalars only (most of a plan) to that C
 encoder in one call, its item separator carrying the newline and indentation; a mapping of
-uniform records (a plan's buffers) is written column by column (``records_text``).  Anything
-else (a non-string key beside nested values, a subclass of dict or list, a scalar of another
-type, a cycle) is left to ``json.dumps`` for the whole document, so results and errors stay
-exactly the standard ones.
+uniform records is written column by column (``records_text``), and a ``Table`` (a plan's
+buffers, which ``save_plan`` hands over as columns) straight from its columns.  Anything else
+(a non-string key beside nested values, a subclass of dict or list, a scalar of another type,
+a cycle) is left to ``json.dumps`` for the whole document, so results and errors stay exactly
+the standard ones.
 
 >>> data = {"a": [1, 2.5, None], "b": {}, "c": [{"d": "é"}]}
 >>> dumps_indented(data) == json.dumps(data, indent=1)
@@ -60,7 +61,7 @@ def _plain(value: Any) -> Any:
 
 
 def _no_default(value: Any) -> Any:
-    """Never called: the flat encoder only meets scalars."""
+    """The standard encoder's error for a value JSON has no form for (the flat encoder only meets scalars)."""
     raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
 
 

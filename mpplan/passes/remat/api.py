@@ -28,9 +28,10 @@ POLICIES = ("none", "mirror", "sqrt", "budget")
 #: With ``solver="auto"``, the share of ``time_limit_s`` kept for the local search on cut
 #: points (``cutsearch``): the second-round phase, which takes all the time it is given,
 #: ends before it, so the search runs even then (RL1000 at 0.9 ended at 0.82% without it).
-#: The cut phase ends by the second-round phase's end too (it takes half the time to the
-#: limit, at most that): else, once it used its half, the rounds had no time at all and the
-#: search started late (docs/benchmarks.md).
+#: The cut phase is given no more than the time to the second-round phase's end (half the
+#: time to the limit, at most that): else, once it used its half, the rounds had no time at
+#: all and the search started late (docs/benchmarks.md).  Its first fit's greedy pass still
+#: runs to its end, so a cut phase given less than that pass overruns its share.
 SEARCH_SHARE = 0.25
 
 #: With ``solver="auto"``, the share of ``time_limit_s`` kept after the search for double
@@ -204,7 +205,7 @@ def remat(
             continue
         beat = result.added_cost
         once = [repeated_op(op) for op in result.recompute_ops]
-        cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts end by the rounds' end
+        cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts: time to the rounds' end
         found = (fit_cuts(model, limit, solver, min(left / 2, cap), beat=beat) if kind == "cuts"
                  else fit_rounds(model, limit, solver, left, beat=beat) if kind == "rounds"
                  else search_cuts(model, once, result.from_ops, limit, end) if kind == "search"

@@ -17,9 +17,9 @@ recomputes unneeded.  The drops are tried cheapest first by a quick score: the r
 pruned on that rewrite (``_screened``); a screened answer fits as it stands, so it is
 kept when the cut search from its drop finds nothing cheaper (or the screening used up the
 time).  An answer is kept only when ``apply_recompute`` of its names on the original graph
-fits the budget by ``sim`` and costs less; then the moves start again from it, until ``deadline``.  On RL250 at 0.8 this finds 5.64% from
-the one-recompute search's 5.95% (docs/benchmarks.md).  The exact cut MILP has no
-double-drop options yet.
+fits the budget by ``sim`` and costs less; then the moves start again from it, until
+``deadline``.  On RL250 at 0.8 this finds 5.64% from the one-recompute search's 5.95%
+(docs/benchmarks.md).  The exact cut MILP has no double-drop options yet.
 """
 
 from __future__ import annotations
