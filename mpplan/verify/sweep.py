@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -41,8 +42,8 @@ def sweep(names: list[str], index: dict[str, int], io: dict[str, tuple[tuple[int
     """
     steps, count = len(schedule), len(names)
     rows = list(map(io.__getitem__, schedule))
-    n_in = np.fromiter(map(len, (ins for ins, _ in rows)), np.int64, steps)
-    width = n_in + np.fromiter(map(len, (outs for _, outs in rows)), np.int64, steps)
+    n_in = np.fromiter(map(len, map(itemgetter(0), rows)), np.int64, steps)
+    width = n_in + np.fromiter(map(len, map(itemgetter(1), rows)), np.int64, steps)
     total = int(width.sum())
     tensor = np.fromiter(chain.from_iterable(chain.from_iterable(rows)), np.int64, total)  # inputs, then outputs
     step = np.repeat(np.arange(steps, dtype=np.int64), width)
@@ -73,9 +74,9 @@ def sweep(names: list[str], index: dict[str, int], io: dict[str, tuple[tuple[int
     first = np.full(count, -1, dtype=np.int64)
     last = np.full(count, -1, dtype=np.int64)
     first[touched], last[touched] = step[first_ref[touched]], step[last_ref[touched]]
-    home: list[str | None] = [None] * count
-    for s, d in zip(touched.tolist(), where[first_ref[touched]].tolist()):
-        home[s] = devices[d]
+    on = np.full(count, len(devices), dtype=np.int64)  # a device's position; past the last: untouched
+    on[touched] = where[first_ref[touched]]
+    home: list[str | None] = np.array([*devices, None], dtype=object)[on].tolist()
     order = storage[np.sort(first_ref[touched])]  # in the order first touched, as ``replay`` lists them
     return Replay(names, index, order.tolist(), first.tolist(), last.tolist(), home, {}, [])
 
