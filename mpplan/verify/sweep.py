@@ -61,9 +61,11 @@ def sweep(names: list[str], index: dict[str, int], io: dict[str, tuple[tuple[int
     if (made_at[tensor[read]] >= step[read]).any():
         return None  # a read before its tensor is made
     storage = np.asarray(root_of, dtype=np.int64)[tensor]
-    graph_step = dict(zip(io, range(steps)))
-    at = np.fromiter(map(graph_step.__getitem__, schedule), np.int64, steps)[step]  # each op's place in the graph
-    if not _same_versions(storage, step, at, read, in_place, steps + 1):
+    rewritten = np.zeros(count, dtype=bool)
+    rewritten[storage[in_place]] = True
+    kept = rewritten[storage]  # the references to storages written in place somewhere: the others stay at 0
+    at = _graph_places(io, schedule, step[kept])
+    if not _same_versions(storage[kept], step[kept], at, read[kept], in_place[kept], steps + 1):
         return None  # a read of another version than the graph's order gives
     position = np.arange(total, dtype=np.int64)
     first_ref, last_ref = _extremes(storage, position, count, total)
@@ -97,6 +99,17 @@ def _extremes(group: _Ints, values: _Ints, groups: int, above: int) -> tuple[_In
     np.minimum.at(least, group, values)
     np.maximum.at(most, group, values)
     return least, most
+
+
+def _graph_places(io: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], schedule: Sequence[str],
+                  steps: _Ints) -> _Ints:
+    """The place in the graph's order (``io``'s) of the op at each of ``steps``: a walk over the names,
+    with a dict of only the few ops that touch storages written in place."""
+    ops = np.unique(steps)
+    wanted = set(map(schedule.__getitem__, ops.tolist()))
+    place = {name: k for k, name in enumerate(io) if name in wanted}
+    at = np.fromiter(map(place.__getitem__, map(schedule.__getitem__, ops.tolist())), np.int64, len(ops))
+    return at[np.searchsorted(ops, steps)]
 
 
 def _same_versions(storage: _Ints, step: _Ints, at: _Ints, read: npt.NDArray[np.bool_],
