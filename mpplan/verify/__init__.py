@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, filterfalse, repeat
-from operator import attrgetter, is_, not_
+from itertools import filterfalse
+from operator import attrgetter
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
@@ -41,7 +41,7 @@ from mpplan.verify.truth import TRUSTED_FIELDS, Truth, check_agrees, truth_from_
 __all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "truth_from_plan", "verify"]
 
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
-_NAME, _NBYTES, _ALIAS_OF = attrgetter("name"), attrgetter("nbytes"), attrgetter("alias_of")
+_NAME, _NBYTES = attrgetter("name"), attrgetter("nbytes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +99,8 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
             last[s] = end
     static = [index[s] for s in _static_storages(kinds, tensors, grads_dynamic)]
     size = list(map(_NBYTES, map(tensors.__getitem__, names)))
-    position: dict[str | None, int] = {d.name: i for i, d in enumerate(plan.devices)}
-    position[None] = -1  # a storage no step touches
-    home = list(map(position.__getitem__, run.home))
+    position = {d.name: i for i, d in enumerate(plan.devices)}
+    home = [-1 if h is None else position[h] for h in run.home]
     if plan.blocks or not memory_holds(plan, run.first, last, home, size, static, truth.alignment, index):
         _check_memory_by_name(plan, run, last, size, static, check_capacity=check_capacity, alignment=truth.alignment)
     elif check_capacity:
@@ -164,10 +163,8 @@ def _fail(message: str) -> None:
 
 def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     """Root of every alias chain, memoised so that long chains cost linear time."""
-    plain = list(map(is_, map(_ALIAS_OF, tensors.values()), repeat(None)))
-    own = list(compress(tensors, plain))
-    roots = dict(zip(own, own))  # most tensors: their own root
-    for name in filterfalse(roots.__contains__, compress(tensors, map(not_, plain))):  # a chain resolves later ones
+    roots = {name: name for name, t in tensors.items() if t.alias_of is None}  # most tensors: their own root
+    for name in filterfalse(roots.__contains__, tensors):  # lazily: a chain below resolves later names too
         chain, cur = [], name
         while cur not in roots and tensors[cur].alias_of is not None:
             if cur in chain:

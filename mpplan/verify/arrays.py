@@ -16,8 +16,6 @@ fractional numbers) also answer no, leaving them to the checks by name.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
-from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +26,6 @@ from mpplan.plan import Plan
 _LIMIT = 1 << 62
 
 _Ints = npt.NDArray[np.int64]
-_OFFSET, _BYTES, _DEVICE = attrgetter("offset"), attrgetter("bytes"), attrgetter("device")
 
 
 def memory_holds(plan: Plan, first: Sequence[int], last: Sequence[int], home: Sequence[int], size: Sequence[int],
@@ -50,16 +47,16 @@ def memory_holds(plan: Plan, first: Sequence[int], last: Sequence[int], home: Se
     dynamic = homes >= 0
     dynamic[np.asarray(static, dtype=np.int64)] = False
     buffers = plan.buffers
-    ids = np.fromiter(map(index.get, buffers, repeat(-1)), np.int64, len(buffers))
+    ids = np.fromiter((index.get(name, -1) for name in buffers), np.int64, len(buffers))
     if len(ids) != int(dynamic.sum()) or (ids < 0).any() or not dynamic[ids].all():
         return False  # a stray buffer, or (buffer names being distinct) a dynamic storage without one
     devices = {d.name: i for i, d in enumerate(plan.devices)}
     values = buffers.values()
-    offset, nbytes = _ints(list(map(_OFFSET, values))), _ints(list(map(_BYTES, values)))
+    offset, nbytes = _ints([b.offset for b in values]), _ints([b.bytes for b in values])
     arena = _ints([d.arena_bytes for d in plan.devices])
     if offset is None or nbytes is None or arena is None:
         return False
-    device = np.fromiter(map(devices.get, map(_DEVICE, values), repeat(-1)), np.int64, len(buffers))
+    device = np.fromiter((devices.get(b.device, -1) for b in values), np.int64, len(buffers))
     if (
         (device != homes[ids]).any()
         or (nbytes < sizes[ids]).any()
