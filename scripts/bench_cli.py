@@ -17,13 +17,11 @@ import time
 _START = (time.perf_counter(), time.process_time())  # before any import: the child's startup counts
 
 import json  # noqa: E402 - after the clock starts
-import os  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from benchlib import REPO, fit_exponent, load_average, log, rerun, section_main, stamp, table  # noqa: E402
+# The parent's tools (benchlib, subprocess, tempfile) are imported where the parent uses them: imported
+# here, the child would count their import (importlib.metadata, most of it) as the command's start-up.
 
 #: (label, module, function) of each stage the child times; nested stages are split out of their parent.
 STAGES = (
@@ -96,6 +94,11 @@ def child(config: str, out: str) -> None:
 
 def measure(layers: int, folder: Path) -> dict:
     """Write the graph file and its config, run the command once; its times and its wall time from outside."""
+    import os
+    import subprocess
+
+    from benchlib import REPO, load_average, log
+
     from mpplan.capture.graph_file import save_graph
     from mpplan.capture.synthetic import synthetic_graph
 
@@ -117,6 +120,10 @@ def measure(layers: int, folder: Path) -> dict:
 
 
 def section(quick: bool) -> str:
+    import tempfile
+
+    from benchlib import fit_exponent, rerun, stamp, table
+
     with tempfile.TemporaryDirectory(prefix="mpplan-bench-cli-") as tmp:
         results = [measure(layers, Path(tmp)) for layers in synthetic_sizes(quick)]
     labels = [label for label in dict.fromkeys(label for r in results for label in r["wall"]) if "total" not in label]
@@ -154,6 +161,8 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
         return
+    from benchlib import section_main
+
     section_main("cli", section, __doc__)
 
 
