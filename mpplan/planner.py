@@ -288,7 +288,7 @@ def _buffers(graph: Graph, device: str, offsets: Mapping[int, int], sizes: Mappi
     """The ``Buffer`` of each storage the arena placed, by tensor name in storage id order.
 
     Made from columns (``from_columns``): a 100k-op plan has 140k of them, all from the
-    assigner's own results, and one constructor call each cost about twice as much."""
+    assigner's own results (0.32 -> 0.21 CPU s against a constructor call each)."""
     stored = sorted(offsets)
     tensors = graph.tensors
     records = from_columns(Buffer, [device] * len(stored), list(map(offsets.__getitem__, stored)),
