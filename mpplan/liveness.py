@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mpplan.errors import GraphError
+from mpplan.from_columns import from_columns
 from mpplan.graph import Graph
 
 
@@ -69,9 +70,11 @@ def live_ranges(graph: Graph, order: Sequence[int], storages: frozenset[int] | N
     first, last = spans(graph, order)
     wanted = topo.storages if storages is None else sorted(storages)
     nbytes, is_static = topo.nbytes, topo.is_static
-    ranges = tuple([
-        LiveRange(s, nbytes[s], first[s], last[s]) for s in wanted if first[s] >= 0 and not is_static[s]
-    ])
+    kept = [s for s in wanted if first[s] >= 0 and not is_static[s]]
+    # valid by construction (0 <= first <= last: a storage's last touch is at or after its first), so
+    # made from columns without ``__post_init__``'s check (140k ranges: 0.35 -> 0.22 CPU s)
+    columns = [list(map(column.__getitem__, kept)) for column in (nbytes, first, last)]
+    ranges = tuple(from_columns(LiveRange, kept, *columns))
     static = sum(nbytes[s] for s in wanted if is_static[s] and first[s] >= 0)
     return Liveness(ranges=ranges, static_bytes=static, num_steps=len(order))
 
