@@ -8,6 +8,11 @@ fresh interpreter, once; that run also times its own stages (the child mode of t
 wraps the stage functions, then calls ``mpplan.cli.main``), so the total and the split come
 from the same run.  Wall seconds are what a user waits; CPU seconds (``time.process_time``)
 are what the command itself spent, which a shared, loaded machine inflates less.
+
+``--against TREE [--pairs N]`` adds a comparison made in the same minutes: the largest size's
+command run alternately in ``TREE`` (another checkout, say a ``git worktree`` of main) and in
+this tree, ``N`` times each (default 3), medians of CPU seconds per stage.  On a shared host
+one run's stages vary by up to 40%, so only such paired runs say what a change gained.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ STAGES = (
     ("baselines", "mpplan.sim", "no_sharing_bytes"),
     ("timeline and report", "mpplan.workflows.plan", "write_plan_report"),
 )
+TOTAL = "total (in the process)"
 PLAN_PARTS = (
     ("schedule", "schedule_ops"),
     ("placement", "choose_placement"),
@@ -88,17 +94,12 @@ def child(config: str, out: str) -> None:
         code = main(["-q", "plan", config, "--out", out])
     end = (time.perf_counter(), time.process_time())
     wall["start and imports"], cpu["start and imports"] = ready[0] - _START[0], ready[1] - _START[1]
-    wall["total (in the process)"], cpu["total (in the process)"] = end[0] - _START[0], end[1] - _START[1]
+    wall[TOTAL], cpu[TOTAL] = end[0] - _START[0], end[1] - _START[1]
     print(json.dumps({"exit": code, "wall": wall, "cpu": cpu}))
 
 
-def measure(layers: int, folder: Path) -> dict:
-    """Write the graph file and its config, run the command once; its times and its wall time from outside."""
-    import os
-    import subprocess
-
-    from benchlib import REPO, load_average, log
-
+def write_case(layers: int, folder: Path) -> tuple[Path, int, float]:
+    """The graph file of ``layers`` layers and its config in ``folder``: the config, the op count, the file's MiB."""
     from mpplan.capture.graph_file import save_graph
     from mpplan.capture.synthetic import synthetic_graph
 
@@ -106,47 +107,107 @@ def measure(layers: int, folder: Path) -> dict:
     path = save_graph(graph, folder / f"transformer{layers}.json")
     config = folder / f"transformer{layers}.yaml"
     config.write_text(f"model: {{graph: {{path: {path.name}}}}}\ndevices: [{{name: gpu0, capacity: 1000GiB}}]\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", str(config), str(folder / f"out{layers}")]
+    return config, len(graph.ops), path.stat().st_size / 2**20
+
+
+def run_child(config: Path, out: Path, tree: Path) -> dict:
+    """The command once, in a fresh interpreter importing ``tree``'s mpplan: its times, and its wall time from outside."""
+    import os
+    import shutil
+    import subprocess
+
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", str(config), str(out)]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tree)
     outside = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"mpplan plan failed on {layers} layers: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"mpplan plan failed in {tree} on {config.name}: {done.stderr.strip()[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result.update(ops=len(graph.ops), outside=outside, file_mib=path.stat().st_size / 2**20, load=load_average())
-    log(f"{len(graph.ops)} ops: {outside:.2f} s end to end")
+    result["outside"] = outside
     return result
 
 
-def section(quick: bool) -> str:
+def measure(layers: int, folder: Path) -> dict:
+    """Write the graph file and its config, run the command once; its times and its wall time from outside."""
+    from benchlib import REPO, load_average, log
+
+    config, ops, mib = write_case(layers, folder)
+    result = run_child(config, folder / f"out{layers}", REPO)
+    result.update(ops=ops, config=config, file_mib=mib, load=load_average())
+    log(f"{ops} ops: {result['outside']:.2f} s end to end")
+    return result
+
+
+def paired(config: Path, folder: Path, against: Path, pairs: int) -> str:
+    """The command of ``config`` in ``against`` and in this tree, alternately ``pairs`` times: a table of
+    the median CPU seconds of each stage, the totals of every run, and the load averages."""
+    from statistics import median
+
+    from benchlib import REPO, load_average, log, table
+
+    runs: dict[str, list[dict]] = {"other": [], "this": []}
+    loads = []
+    for _ in range(pairs):
+        for side, tree in (("other", against), ("this", REPO)):
+            runs[side].append(run_child(config, folder / f"paired-{side}", tree)["cpu"])
+            loads.append(load_average())
+    log(f"paired: {', '.join(f'{r[TOTAL]:.2f}' for r in runs['this'])} s here, "
+        f"{', '.join(f'{r[TOTAL]:.2f}' for r in runs['other'])} s in {against}")
+    labels = [label for label in runs["this"][0] if label != TOTAL] + [TOTAL]
+
+    def cell(side: str, label: str) -> float:
+        return median(r.get(label, 0.0) for r in runs[side])
+
+    rows = [[label, f"{cell('other', label):.2f}", f"{cell('this', label):.2f}",
+             f"{cell('this', label) / cell('other', label):.2f}" if cell("other", label) > 0.005 else ""]
+            for label in labels]
+    rows.append(["every run's total", ", ".join(f"{r[TOTAL]:.2f}" for r in runs["other"]),
+                 ", ".join(f"{r[TOTAL]:.2f}" for r in runs["this"]), ""])
+    head = ["stage (CPU s, median)", f"`{_commit_of(against)}`", "this tree", "this / other"]
+    return (f"The same command on {config.stem} in another checkout (`{_commit_of(against)}`) and in this tree, "
+            f"alternately, {pairs} runs each (load average {min(loads):.1f}-{max(loads):.1f}):\n\n"
+            + table(head, rows))
+
+
+def _commit_of(tree: Path) -> str:
+    """``tree``'s commit, short."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or str(tree)
+
+
+def section(quick: bool, against: Path | None = None, pairs: int = 3) -> str:
     import tempfile
 
     from benchlib import fit_exponent, rerun, stamp, table
 
     with tempfile.TemporaryDirectory(prefix="mpplan-bench-cli-") as tmp:
         results = [measure(layers, Path(tmp)) for layers in synthetic_sizes(quick)]
+        comparison = [paired(results[-1]["config"], Path(tmp), against, pairs)] if against else []
     labels = [label for label in dict.fromkeys(label for r in results for label in r["wall"]) if "total" not in label]
     headers = ["stage", *(f"{r['ops']:,} ops: wall s / CPU s" for r in results)]
     rows = [[label, *(f"{r['wall'].get(label, 0.0):.2f} / {r['cpu'].get(label, 0.0):.2f}" for r in results)]
             for label in labels]
     def rest(r: dict, clock: str) -> float:
         top = [label for label in r[clock] if not label.startswith("plan: ") and "total" not in label]
-        return r[clock]["total (in the process)"] - sum(r[clock][label] for label in top)
+        return r[clock][TOTAL] - sum(r[clock][label] for label in top)
 
     rows.append(["the rest (config, arguments, folders, printing)",
                  *(f"{rest(r, 'wall'):.2f} / {rest(r, 'cpu'):.2f}" for r in results)])
     rows.append(["**end to end** (the command, timed from outside)", *(f"**{r['outside']:.2f}**" for r in results)])
     rows.append(["in the process (the stages above and the rest)",
-                 *(f"{r['wall']['total (in the process)']:.2f} / {r['cpu']['total (in the process)']:.2f}"
+                 *(f"{r['wall'][TOTAL]:.2f} / {r['cpu'][TOTAL]:.2f}"
                    for r in results)])
     wall_fit = fit_exponent([(r["ops"], r["outside"]) for r in results])
-    cpu_fit = fit_exponent([(r["ops"], r["cpu"]["total (in the process)"]) for r in results])
+    cpu_fit = fit_exponent([(r["ops"], r["cpu"][TOTAL]) for r in results])
     loads = ", ".join(f"{r['load']:.1f}" for r in results)
     sizes = ", ".join(f"{r['ops']:,} ops ({r['file_mib']:.0f} MiB)" for r in results)
     return "\n\n".join([
         "## `mpplan plan` end to end (graph file, one device)",
-        stamp(rerun("bench_cli.py", quick)),
+        stamp(rerun("bench_cli.py", quick) + (f" --against OTHER_TREE --pairs {pairs}" if against else "")),
         f"`mpplan plan` of the synthetic transformer training graph as a JSON graph file ({sizes}), one "
         "1000 GiB device, default planner settings, verification included; one run per size, each in a fresh "
         "interpreter, which also timed its own stages (`plan: ...` rows split the planner; `plan` includes them).",
@@ -154,6 +215,7 @@ def section(quick: bool) -> str:
         f"End to end grows as ops^{wall_fit:.2f} (wall) and ops^{cpu_fit:.2f} (CPU in the process) over these "
         f"sizes. The 1-minute load average was {loads} at the runs: on this shared 2-core machine a load above 2 "
         "means other processes held the cores, and wall seconds then exceed CPU seconds.",
+        *comparison,
     ])
 
 
@@ -161,9 +223,17 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
         return
-    from benchlib import section_main
+    import argparse
 
-    section_main("cli", section, __doc__)
+    from benchlib import BENCHMARKS, REPO, log, write_section
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smaller run (minutes)")
+    parser.add_argument("--against", type=Path, help="another checkout to time the largest size against")
+    parser.add_argument("--pairs", type=int, default=3, help="runs in each tree with --against (default 3)")
+    args = parser.parse_args()
+    write_section("cli", section(args.quick, args.against, args.pairs))
+    log(f"wrote the cli section of {BENCHMARKS.relative_to(REPO)}")
 
 
 if __name__ == "__main__":
