@@ -22,6 +22,8 @@ _UNITS = {
     "t": 2**40,
 }
 #: Largest size accepted (2**62 bytes, 4 EiB): beyond it, 64-bit arithmetic in numpy and torch overflows.
+#: The planner's int64 fast paths (``Memory.of``, ``sweep_load``) run only while their sums stay below it
+#: (a graph built in Python is not held to it), else fall back to Python ints.
 MAX_BYTES = 2**62
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")

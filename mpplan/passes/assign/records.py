@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from mpplan.units import MAX_BYTES
+
 Record = tuple[int, int, int]
 MayShare = Callable[[int, int], bool]
 
@@ -120,9 +122,10 @@ def _fine(sizes: list[int], first: list[int], last: list[int]) -> bool:
 def sweep_load(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> int:
     """Peak of live bytes over steps, by a sweep over range ends (steps need not be dense).
 
-    By int64 columns where every sum fits (the 100k-op plan's 140k records: 0.10 s -> 0.03 s),
-    else by a loop over Python ints (``sweep_load_by_loop``)."""
-    bound = _INT64_SAFE
+    By int64 columns where every sum fits (every size, step and total below ``units.MAX_BYTES``;
+    the 100k-op plan's 140k records: 0.10 s -> 0.03 s), else by a loop over Python ints
+    (``sweep_load_by_loop``)."""
+    bound = MAX_BYTES
     if sizes and sum(map(abs, sizes)) < bound and -bound < min(first) and max(last) < bound:
         size = np.array(sizes, dtype=np.int64)
         steps, at = np.unique(np.concatenate((np.array(first, dtype=np.int64), np.array(last, dtype=np.int64) + 1)),
@@ -131,10 +134,6 @@ def sweep_load(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) 
         np.add.at(change, at, np.concatenate((size, -size)))
         return int(np.cumsum(change).max())  # the last sum is 0: never below it, as the loop starts
     return sweep_load_by_loop(sizes, first, last)
-
-
-#: ``sweep_load`` sums in int64 only while every size, step and total stays below this.
-_INT64_SAFE = 2**62
 
 
 def sweep_load_by_loop(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) -> int:

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from mpplan.graph import Graph
+from mpplan.units import MAX_BYTES
 
 Order = tuple[int, ...]
 
@@ -63,7 +64,7 @@ class Memory:
         the same model, which ``test_schedule`` checks on random graphs."""
         topo = graph.topology
         entries = sum(map(len, topo.op_storages))
-        if max(topo.nbytes, default=0) * max(entries, 1) < _INT64_SAFE:
+        if max(topo.nbytes, default=0) * max(entries, 1) < MAX_BYTES:  # bounds every sum by_arrays makes
             return Memory.by_arrays(graph)
         return Memory.by_loops(graph)
 
@@ -194,7 +195,7 @@ class Memory:
         """
         n = self.num_ops
         counts = np.fromiter(map(len, self.touchers), dtype=np.int64, count=len(self.touchers))
-        if sum(self.nbytes) >= _INT64_SAFE or not self.nbytes or not counts.all():
+        if sum(self.nbytes) >= MAX_BYTES or not self.nbytes or not counts.all():
             return [self.profile(order) for order in orders]
         touches = np.fromiter(itertools.chain.from_iterable(self.touchers), dtype=np.int64, count=int(counts.sum()))
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -218,10 +219,6 @@ class Memory:
     def load(self, order: Sequence[int]) -> int:
         """LOAD of ``order``; equals ``sim.order_load`` without building live ranges."""
         return max(self.profile(order), default=0)
-
-
-#: ``Memory.of`` sums bytes in int64 arrays only below this bound (largest size times touches).
-_INT64_SAFE = 2**62
 
 
 def _ready_from(preds: Sequence[Sequence[int]]) -> tuple[int, ...]:
