@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpplan import sim
 from mpplan.graph import Graph
-from mpplan.liveness import live_ranges, spans
+from mpplan.liveness import LiveRange, live_ranges, spans
 from strategies import graphs, random_order
 
 
@@ -46,3 +47,17 @@ def test_order_profile_is_the_profile_of_the_live_ranges(graph: Graph, seed: int
     ranges = live_ranges(graph, order).ranges
     assert sim.order_profile(graph, order) == sim.live_profile(ranges, len(order))
     assert sim.order_load(graph, order) == sim.load(ranges, len(order))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda steps: st.tuples(st.just(steps), st.lists(
+    st.tuples(st.integers(0, 2**40), st.integers(0, steps - 1), st.integers(0, steps - 1)), max_size=20))))
+def test_live_profile_array_is_the_live_profile(case: tuple[int, list[tuple[int, int, int]]]) -> None:
+    """The int64 sweep the scheduler and the assigner share equals the loop over ranges, ranges
+    sharing steps, starting at step 0 and ending at the last step included."""
+    steps, spans_ = case
+    ranges = [LiveRange(j, size, min(a, b), max(a, b)) for j, (size, a, b) in enumerate(spans_)]
+    columns = [np.array([getattr(r, f) for r in ranges], dtype=np.int64) for f in ("nbytes", "first", "last")]
+    found = sim.live_profile_array(*columns, steps)
+    assert found.dtype == np.int64
+    assert found.tolist() == sim.live_profile(ranges, steps)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from mpplan.sim import live_profile_array
 from mpplan.units import MAX_BYTES
 
 Record = tuple[int, int, int]
@@ -127,12 +128,12 @@ def sweep_load(sizes: Sequence[int], first: Sequence[int], last: Sequence[int]) 
     (``sweep_load_by_loop``)."""
     bound = MAX_BYTES
     if sizes and sum(map(abs, sizes)) < bound and -bound < min(first) and max(last) < bound:
-        size = np.array(sizes, dtype=np.int64)
-        steps, at = np.unique(np.concatenate((np.array(first, dtype=np.int64), np.array(last, dtype=np.int64) + 1)),
-                              return_inverse=True)
-        change = np.zeros(len(steps), dtype=np.int64)
-        np.add.at(change, at, np.concatenate((size, -size)))
-        return int(np.cumsum(change).max())  # the last sum is 0: never below it, as the loop starts
+        # the steps where a range starts or ends, numbered densely: ``at`` is each end's number
+        ends, at = np.unique(np.concatenate((np.array(first, dtype=np.int64), np.array(last, dtype=np.int64) + 1)),
+                             return_inverse=True)
+        m = len(sizes)
+        profile = live_profile_array(np.array(sizes, dtype=np.int64), at[:m], at[m:] - 1, len(ends))
+        return int(profile.max())  # the last sum is 0: never below it, as the loop starts
     return sweep_load_by_loop(sizes, first, last)
 
 

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from mpplan.graph import Graph
+from mpplan.sim import live_profile_array
 from mpplan.units import MAX_BYTES
 
 Order = tuple[int, ...]
@@ -190,8 +191,9 @@ class Memory:
 
         A storage is live from the step of its first toucher through that of its last (outputs:
         through the last step), so each order's profile is a running sum of +bytes at the first
-        step and -bytes just past the last.  That holds only for an order that runs every op
-        once and storages that some op touches: any other input goes to ``profile``.
+        step and -bytes just past the last (``sim.live_profile_array``).  That holds only for an
+        order that runs every op once and storages that some op touches: any other input goes
+        to ``profile``.
         """
         n = self.num_ops
         counts = np.fromiter(map(len, self.touchers), dtype=np.int64, count=len(self.touchers))
@@ -210,10 +212,7 @@ class Memory:
             at = step[touches]
             last = np.maximum.reduceat(at, starts)
             last[to_end] = n - 1
-            change = np.zeros(n + 1, dtype=np.int64)
-            np.add.at(change, np.minimum.reduceat(at, starts), nbytes)
-            np.add.at(change, last + 1, -nbytes)
-            found.append(np.cumsum(change[:n]).tolist())
+            found.append(live_profile_array(nbytes, np.minimum.reduceat(at, starts), last, n).tolist())
         return found
 
     def load(self, order: Sequence[int]) -> int:
