@@ -27,7 +27,8 @@ from mpplan.passes.schedule import SCHEDULERS, SearchLimitError, schedule
 from mpplan.passes.schedule import searching
 from mpplan.passes.schedule.climber import Budget, Climber
 from mpplan.passes.schedule.frontiers import exact_search
-from mpplan.passes.schedule.given import keeps_given_order, queue_keeps_given_order, rivals_by_step
+from mpplan.passes.schedule.given import keeps_given_order, queue_keeps_given_order
+from mpplan.passes.schedule import memory as memory_module
 from mpplan.passes.schedule.memory import Memory
 from mpplan.sim import live_profile, order_load
 from mpplan.topo import topological_order
@@ -462,10 +463,29 @@ def test_the_given_order_check_answers_on_a_transformer_and_skips_the_run() -> N
     answered by the check, and the schedulers then return the given order without running."""
     graph = synthetic_graph("transformer", layers=2, train=True)
     mem = Memory.of(graph)
-    rivals = rivals_by_step(mem)
+    rivals = mem.rivals
     assert rivals is not None and 0 < sum(map(len, rivals.values())) <= 2
     assert _checked_given(mem, False) is True and _checked_given(mem, True) is True
     assert _checked_walk(mem, "fifo") is True and _checked_walk(mem, "lifo") is True
+
+
+def test_auto_finds_the_rivals_once_for_its_four_given_order_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` runs greedy_free, least_peak, DFS and BFS on one ``Memory``; each asks whether it keeps
+    the given order, and the rivals those checks read are found once and kept on the model."""
+    graph = synthetic_graph("transformer", layers=2, train=True)
+    found: list[tuple[int, ...]] = []
+
+    def counted(ready_from: tuple[int, ...]) -> dict[int, tuple[int, ...]] | None:
+        found.append(ready_from)
+        return rivals_of(ready_from)
+
+    rivals_of = memory_module._rivals
+    monkeypatch.setattr(memory_module, "_rivals", counted)
+    order = searching.auto(graph)
+    check_order(graph, order)
+    assert len(found) == 1
+    mem = Memory.of(graph)
+    assert mem.rivals is mem.rivals and len(found) == 2
 
 
 def test_the_given_order_check_says_no_where_a_rival_allocates_less() -> None:
@@ -479,7 +499,7 @@ def test_the_given_order_check_says_no_where_a_rival_allocates_less() -> None:
         Op("second", "f", ("big",), ("b",)),
     ), ("a", "b")).validate()
     mem = Memory.of(g)
-    assert rivals_by_step(mem) == {0: [1], 1: [2]}
+    assert mem.rivals == {0: (1,), 1: (2,)}
     assert _checked_given(mem, False) is False
     assert schedule(g, "greedy_free")[0] == 1
     # after make_big, DFS runs what make_big enabled; BFS what was ready before
@@ -510,6 +530,6 @@ def test_the_given_order_check_counts_what_a_rival_frees() -> None:
         Op("r", "f", ("h",), ("d",)),
     ), ("c", "d")).validate()
     mem = Memory.of(g)
-    assert rivals_by_step(mem) == {1: [2]}
+    assert mem.rivals == {1: (2,)}
     assert _checked_given(mem, False) is False
     assert schedule(g, "greedy_free") == (0, 2, 1)

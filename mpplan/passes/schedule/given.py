@@ -19,28 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-import numpy as np
-
 from mpplan.passes.schedule.memory import Memory
-
-
-def rivals_by_step(mem: Memory) -> dict[int, list[int]] | None:
-    """For each step ``i`` of the given order where another op is ready, those ops (``t > i``),
-    ascending; ``None`` when there are more (step, rival) pairs than ops."""
-    n = mem.num_ops
-    waits = np.arange(n, dtype=np.int64) - np.array(mem.ready_from, dtype=np.int64)
-    if int(waits.sum()) > n:
-        return None
-    rivals: dict[int, list[int]] = {}
-    for t in np.flatnonzero(waits).tolist():
-        for i in range(mem.ready_from[t], t):
-            rivals.setdefault(i, []).append(t)
-    return rivals
 
 
 def keeps_given_order(mem: Memory, peak_first: bool) -> bool | None:
     """Whether ``heuristics._list_schedule(mem, peak_first)`` is ``0..n-1``; ``None``: not checked
-    (too many rivals, see ``rivals_by_step``)."""
+    (too many rivals, see ``Memory.rivals``)."""
     return _wins_every_choice(mem, lambda t, step: _key(mem, t, step, peak_first))
 
 
@@ -63,8 +47,8 @@ def queue_keeps_given_order(mem: Memory, ready: Literal["fifo", "lifo"]) -> bool
 
 def _wins_every_choice(mem: Memory, key: Callable[[int, int], tuple[int, ...]]) -> bool | None:
     """Whether, at every step with rivals, the op of that step has a smaller ``key(op, step)``
-    than each rival; ``None`` when ``rivals_by_step`` declines."""
-    rivals = rivals_by_step(mem)
+    than each rival; ``None`` when ``Memory.rivals`` declines."""
+    rivals = mem.rivals
     if rivals is None:
         return None
     for step, ops in rivals.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -31,7 +32,7 @@ class Scheduler(Protocol):
     def __call__(self, graph: Graph, *, seed: int = 0, time_limit: float = TIME_LIMIT) -> Order: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Memory:
     """The op DAG and the dynamic storages each op touches, in dense local storage ids.
 
@@ -44,7 +45,8 @@ class Memory:
     scheduler run copies them instead of rebuilding them over every storage.
     ``ready_from[k]``: the step of the given order ``0..n-1`` from which ``k`` is ready
     (one past its last predecessor), which the heuristics' checks for keeping that
-    order share (``given``).
+    order share (``given``), as they share ``rivals``, made on first use and kept: ``auto``
+    runs four such checks on one model.
     """
 
     preds: tuple[tuple[int, ...], ...]
@@ -164,6 +166,12 @@ class Memory:
     def num_ops(self) -> int:
         return len(self.preds)
 
+    @cached_property
+    def rivals(self) -> dict[int, tuple[int, ...]] | None:
+        """For each step ``i`` of the given order where another op is ready, those ops (``t > i``),
+        ascending; ``None`` when there are more (step, rival) pairs than ops (``_rivals``)."""
+        return _rivals(self.ready_from)
+
     def profile(self, order: Sequence[int]) -> list[int]:
         """Bytes live at each step of ``order``; equals ``sim.live_profile`` of its ranges."""
         nbytes, to_end = self.nbytes, self.to_end
@@ -223,6 +231,20 @@ class Memory:
 def _ready_from(preds: Sequence[Sequence[int]]) -> tuple[int, ...]:
     """One past each op's last predecessor: the step of the given order from which it is ready."""
     return tuple([max(p) + 1 if p else 0 for p in preds])
+
+
+def _rivals(ready_from: Sequence[int]) -> dict[int, tuple[int, ...]] | None:
+    """``Memory.rivals`` from ``ready_from``: op ``t`` is a rival at each step from ``ready_from[t]``
+    up to, not including, its own."""
+    n = len(ready_from)
+    waits = np.arange(n, dtype=np.int64) - np.array(ready_from, dtype=np.int64)
+    if int(waits.sum()) > n:
+        return None
+    rivals: dict[int, list[int]] = {}
+    for t in np.flatnonzero(waits).tolist():
+        for i in range(ready_from[t], t):
+            rivals.setdefault(i, []).append(t)
+    return {i: tuple(ops) for i, ops in rivals.items()}
 
 
 def _segment_sums(values: np.ndarray, ends: np.ndarray) -> np.ndarray:
