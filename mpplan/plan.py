@@ -67,6 +67,11 @@ class Buffer:
     bytes: int
 
 
+#: A buffer's fields in ``plan.json`` (``buffers``), in the order they are written.
+_BUFFER_FIELDS = ("device", "offset", "bytes")
+_buffer_row = attrgetter(*_BUFFER_FIELDS)
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
     """One allocation of a device's arena: its bytes ``[offset, offset + bytes)``, allocated in steps
@@ -141,9 +146,10 @@ class Plan:
         return tuple((d.name, d.peak_bytes - d.capacity_bytes) for d in self.devices if d.peak_bytes > d.capacity_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        return self._document(
-            {t: {"device": b.device, "offset": b.offset, "bytes": b.bytes} for t, b in self.buffers.items()}
-        )
+        # a dict display per buffer, keys from the one field list: dict(zip(...)) per buffer takes twice as long
+        device, offset, size = _BUFFER_FIELDS
+        rows = map(_buffer_row, self.buffers.values())
+        return self._document({t: {device: d, offset: o, size: n} for t, (d, o, n) in zip(self.buffers, rows)})
 
     def _document(self, buffers: Any) -> dict[str, Any]:
         """``to_dict`` with ``buffers`` as given: ``save_plan`` hands a ``json_text.Table`` of the same records."""
@@ -275,8 +281,8 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
     """Write ``plan.json`` atomically (a temp file renamed into place): ``plan.to_dict()``, its
     buffers taken by column from the ``Buffer`` records instead of a dict made for each."""
     records = plan.buffers.values()
-    fields = ("device", "offset", "bytes")
-    buffers = Table(list(plan.buffers), fields, tuple(list(map(attrgetter(f), records)) for f in fields))
+    columns = tuple(list(map(attrgetter(field), records)) for field in _BUFFER_FIELDS)
+    buffers = Table(list(plan.buffers), _BUFFER_FIELDS, columns)
     return write_json_atomic(plan._document(buffers), path)
 
 
