@@ -204,12 +204,14 @@ def remat(
         if left < took * {"cuts": 1, "rounds": 2}.get(kind, 0) or not result.added_cost:  # rounds fit twice
             continue
         beat = result.added_cost
-        once = [repeated_op(op) for op in result.recompute_ops]
-        cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts: time to the rounds' end
-        found = (fit_cuts(model, limit, solver, min(left / 2, cap), beat=beat) if kind == "cuts"
-                 else fit_rounds(model, limit, solver, left, beat=beat) if kind == "rounds"
-                 else search_cuts(model, once, result.from_ops, limit, end) if kind == "search"
-                 else search_multi(graph, once, result.from_ops, limit, end))
+        if kind in ("cuts", "rounds"):
+            cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts: time to the rounds' end
+            found = (fit_cuts(model, limit, solver, min(left / 2, cap), beat=beat) if kind == "cuts"
+                     else fit_rounds(model, limit, solver, left, beat=beat))
+        else:  # the local searches start from the answer's recomputes, named by the ops they repeat
+            once = [repeated_op(op) for op in result.recompute_ops]
+            found = (search_cuts(model, once, result.from_ops, limit, end) if kind == "search"
+                     else search_multi(graph, once, result.from_ops, limit, end))
         if found is None:
             continue
         multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,
