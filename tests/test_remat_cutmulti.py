@@ -26,7 +26,7 @@ from mpplan.passes.remat import api, apply_recompute, build_model, remat
 from mpplan.passes.remat.api import MULTI_SHARE, SEARCH_SHARE, result_of
 from mpplan.passes.remat import cutmulti
 from mpplan.passes.remat.cutexact import choice_names
-from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi, storage_users
 from mpplan.verify import verify
 
 
@@ -102,15 +102,16 @@ def test_the_search_goes_on_from_double_drops() -> None:
 
 def test_drops_of_pairs_the_gaps_of_single_output_ops() -> None:
     graph = twice_read()
-    assert list(drops_of(graph, ["A", "B"])) == [Drop("A", "a", "C0", "C1"), Drop("A", "a", "C0", "D"),
-                                                  Drop("A", "a", "C1", "D")]
+    assert list(drops_of(graph, storage_users(graph), ["A", "B"])) == [
+        Drop("A", "a", "C0", "C1"), Drop("A", "a", "C0", "D"), Drop("A", "a", "C1", "D")]
 
 
 def least_multi_cost(graph: Graph, budget: int) -> float | None:
     """Brute force: the least added cost of any set of recomputes, each output cut at any of
     its gaps or (single-output ops) dropped at any two of them, whose rewrite fits ``budget``."""
     names = build_model(graph).candidate_names()
-    options: list[list[object]] = [[None, *cut_options(graph, name), *drops_of(graph, [name])] for name in names]
+    uses = storage_users(graph)
+    options: list[list[object]] = [[None, *cut_options(graph, name), *drops_of(graph, uses, [name])] for name in names]
     best = None
     for combo in itertools.product(*options):
         drops = [c for c in combo if isinstance(c, Drop)]
@@ -141,8 +142,9 @@ def test_the_multi_search_fits_never_costs_more_than_its_start_nor_less_than_bru
     assert found.cost == sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
     assert found.cost < sum(model.cand_cost[i] for i in start)
     combos = 1
+    uses = storage_users(graph)
     for name in model.candidate_names():
-        combos *= 1 + len(cut_options(graph, name)) + len(list(drops_of(graph, [name])))
+        combos *= 1 + len(cut_options(graph, name)) + len(list(drops_of(graph, uses, [name])))
     if combos > 3000:  # past what the brute force enumerates in seconds; not an assume after the search
         return
     exact = least_multi_cost(graph, budget)

@@ -40,7 +40,7 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import MIN_GAP, SUFFIX, build_model
 from mpplan.passes.remat.rewriting import apply_recompute
 
-__all__ = ["TRIAL_SECONDS", "Drop", "drops_of", "joint_names", "search_multi"]
+__all__ = ["TRIAL_SECONDS", "Drop", "drops_of", "joint_names", "search_multi", "storage_users"]
 
 #: Seconds of cut search per double drop tried (on RL250 the search's gains come in the
 #: first second or two; more trials beat longer ones).
@@ -58,14 +58,21 @@ class Drop:
     second: str
 
 
-def drops_of(graph: Graph, ops: Sequence[str]) -> Iterator[Drop]:
-    """Every double drop of the single-output ops named in ``ops``, in that order: each
-    pair of the output's idle gaps (at least ``MIN_GAP`` steps), earlier gaps first."""
-    topo = graph.topology
+def storage_users(graph: Graph) -> dict[int, list[int]]:
+    """The ops that touch each storage, ascending: what ``drops_of`` reads the idle gaps from,
+    made once per graph (``search_multi`` lists drops again at every move)."""
     uses: dict[int, list[int]] = {}
-    for k, storages in enumerate(topo.op_storages):
+    for k, storages in enumerate(graph.topology.op_storages):
         for s in storages:
             uses.setdefault(s, []).append(k)
+    return uses
+
+
+def drops_of(graph: Graph, uses: Mapping[int, Sequence[int]], ops: Sequence[str]) -> Iterator[Drop]:
+    """Every double drop of the single-output ops named in ``ops``, in that order: each
+    pair of the output's idle gaps (at least ``MIN_GAP`` steps between two of its users
+    ``uses``, from ``storage_users(graph)``), earlier gaps first."""
+    topo = graph.topology
     for name in ops:
         outputs = graph.ops[topo.op_index[name]].outputs
         if len(outputs) != 1:
@@ -103,6 +110,7 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
         best = again if again is not None and again.cost < start.cost else start
     present = {op.name: op.cost for op in graph.ops}
     candidates = build_model(graph).candidate_names()
+    uses = storage_users(graph)
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
@@ -110,7 +118,7 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
         once = sorted((n for n in best.names if n not in dropped), key=lambda n: -present[n])
         others = sorted((n for n in candidates if n not in dropped and n not in best.names), key=lambda n: -present[n])
         for tier in (once, others):  # "add a second drop" or "split a drop" first, then a new double drop
-            for pruned in _screened(graph, best, tier, limit, deadline):
+            for pruned in _screened(graph, uses, best, tier, limit, deadline):
                 found = None if time.perf_counter() > deadline else _trial(
                     graph, best, pruned.drops[-1], limit, min(deadline, time.perf_counter() + TRIAL_SECONDS))
                 better = found if found is not None and found.cost < pruned.cost else pruned
@@ -154,16 +162,18 @@ def _parsed(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]) -> 
     rest = tuple(n for n in names if n not in dropped)
     if any(n not in cost for n in rest):
         return None
-    cuts = {t: o for t, o in from_ops.items() if t not in {d.tensor for d in drops} and SUFFIX not in t}
+    twice = {d.tensor for d in drops}
+    cuts = {t: o for t, o in from_ops.items() if t not in twice and SUFFIX not in t}
     return _Answer(tuple(drops), rest, cuts, sum(cost[n] for n in rest) + sum(2 * cost[d.op] for d in drops))
 
 
-def _screened(graph: Graph, best: _Answer, ops: Sequence[str], limit: int, deadline: float) -> list[_Answer]:
-    """``best`` with each double drop of ``ops`` with which the rest of ``best`` still fits,
-    the rest pruned of what the drop makes unneeded: fitting answers, cheapest first (a
-    cheap score: the cut search proper runs on their drops in this order)."""
+def _screened(graph: Graph, uses: Mapping[int, Sequence[int]], best: _Answer, ops: Sequence[str], limit: int,
+              deadline: float) -> list[_Answer]:
+    """``best`` with each double drop of ``ops`` (``uses``: ``storage_users(graph)``) with which
+    the rest of ``best`` still fits, the rest pruned of what the drop makes unneeded: fitting
+    answers, cheapest first (a cheap score: the cut search proper runs on their drops in this order)."""
     scored: list[tuple[float, int, _Answer]] = []
-    for k, drop in enumerate(drops_of(graph, ops)):
+    for k, drop in enumerate(drops_of(graph, uses, ops)):
         if time.perf_counter() > deadline:
             break
         pruned = _trial(graph, best, drop, limit, 0.0)
@@ -186,8 +196,9 @@ def _trial(graph: Graph, best: _Answer, drop: Drop | None, limit: int, deadline:
     model = build_model(fixed)
     options = cut_options(model)
     rest = [n for n in best.names if n not in dropped]
-    start = None if options is None else option_of(model, rest, {t: o for t, o in best.from_ops.items()
-                                                                 if t not in {d.tensor for d in drops}})
+    twice = {d.tensor for d in drops}
+    kept = {t: o for t, o in best.from_ops.items() if t not in twice}
+    start = None if options is None else option_of(model, rest, kept)
     if options is None or start is None or evaluate(with_cuts(model, options, start), start).peak > limit:
         return None
     found = improve_cuts(model, options, start, limit, deadline)
