@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
@@ -169,11 +170,19 @@ class Table:
     ``dumps_indented`` writes it exactly as it writes that mapping (``as_dict``), but takes the
     columns as they are: a caller holding its records as objects (a plan's buffers) builds no
     dict per record, and the writer checks no record's keys (100k-op plan.json: 0.15 s less).
+    Keys and fields are distinct (``ValueError`` otherwise): a mapping would keep one of two equal
+    keys where the column path writes both, so the two ways would write different documents.
     """
 
     keys: Sequence[Any]
     fields: tuple[Any, ...]
     columns: tuple[Sequence[Any], ...]
+
+    def __post_init__(self) -> None:
+        for what, names in (("key", self.keys), ("field", self.fields)):
+            if len(set(names)) != len(names):
+                twice = next(name for name, count in Counter(names).items() if count > 1)
+                raise ValueError(f"Table: expected distinct {what}s, got {twice!r} more than once")
 
     def as_dict(self) -> dict[Any, dict[Any, Any]]:
         """The mapping this table stands for."""

@@ -128,3 +128,15 @@ def test_tables_off_the_column_path_are_written_as_their_mapping(records: dict[o
     assert dumps_indented({"v": table, "c": Colour.RED}) == json.dumps({"v": records, "c": Colour.RED}, indent=1)
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented({"v": table, "s": {1}})
+
+
+@pytest.mark.parametrize(("keys", "fields", "columns", "message"), [
+    (["a", "b", "a"], ("x",), ([1, 2, 3],), "distinct keys, got 'a'"),  # as_dict would keep one "a", the columns both
+    (["a"], ("x", "x"), ([1], [2]), "distinct fields, got 'x'"),
+])
+def test_a_table_refuses_repeated_keys_and_fields(keys: list[str], fields: tuple[str, ...],
+                                                  columns: tuple[list[int], ...], message: str) -> None:
+    """A mapping cannot hold a key twice, where the column path would write it twice: a ``Table``
+    that stands for no mapping is refused when made, before either path could write it."""
+    with pytest.raises(ValueError, match=f"expected {message} more than once"):
+        Table(keys, fields, columns)
