@@ -23,7 +23,7 @@ from mpplan.plan import DevicePlan, Plan
 from mpplan.planner import PlannerSettings, plan
 from mpplan.verify import verify
 from mpplan.verify.record import Numbering, Replay, numbering
-from mpplan.verify.replay import op_io, replay
+from mpplan.verify.replay import op_numbers, replay
 from mpplan.verify.sweep import sweep
 
 SWEEP = importlib.import_module("mpplan.verify.sweep")
@@ -115,7 +115,8 @@ def test_sweep_matches_a_plain_replay(case: tuple[Graph, tuple[str, ...], list[i
     graph, order, devices, root = case
     names, index = numbering(graph)
     root_of = [index[root[n]] for n in names]
-    fast = sweep(names, index, op_io(graph, index), root_of, order, devices, DEVICES)
+    op_index, inputs, outputs = op_numbers(graph, index)
+    fast = sweep(names, index, inputs, outputs, [op_index[n] for n in order], root_of, devices, DEVICES)
     expected = _reference(graph, order, devices, root)
     event("fault" if expected is None else "ok")
     assert (None if fast is None else _as_names(fast)) == expected

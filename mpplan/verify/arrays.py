@@ -125,7 +125,7 @@ def _apart(first: _Ints, last: _Ints, offset: _Ints, nbytes: _Ints) -> bool:
     end = offset + nbytes
     leaves = 1 << int(last.max()).bit_length()  # leaf ``leaves + t`` is step t; node k's children 2k, 2k + 1
     node = (first + leaves) >> _bit_length((first + leaves) ^ (last + leaves))
-    coords = distinct(np.concatenate((offset, end)))  # byte offsets by rank, so (node, rank) fits one int64
+    coords = _distinct(np.concatenate((offset, end)))  # byte offsets by rank, so (node, rank) fits one int64
     width = len(coords) + 1
     low, high = np.searchsorted(coords, offset), np.searchsorted(coords, end)
     order = np.lexsort((offset, node))
@@ -150,7 +150,7 @@ def _apart(first: _Ints, last: _Ints, offset: _Ints, nbytes: _Ints) -> bool:
             return False
 
 
-def distinct(values: _Ints) -> _Ints:
+def _distinct(values: _Ints) -> _Ints:
     """``np.unique(values)``: sorted, each value once.  By a sort: numpy's ``unique`` hashes, which
     takes tens of times longer on the 100k-300k integers of a large plan."""
     ordered = np.sort(values)

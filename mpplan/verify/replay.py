@@ -12,6 +12,7 @@ constant work per tensor reference, so verification grows linearly with the plan
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -39,14 +40,15 @@ def replay(
     than hashing names per reference; names come back only for messages.
     """
     names, index, root_of = numbers.names, numbers.index, numbers.root_of
-    io = op_io(graph, index)
-    if not copies and not dependencies:  # numpy's columns answer for most plans; the loop below words faults
-        known = [d.name for d in plan.devices]
+    op_index, inputs, outputs = op_numbers(graph, index)
+    if not copies and not dependencies and len(op_index) == len(inputs):  # numpy's columns answer for most
+        known = [d.name for d in plan.devices]  # plans; the loop below words faults (and takes op names given twice)
         position = {d: i for i, d in enumerate(known)}
-        fast = columns.sweep(names, index, io, root_of, plan.schedule,
+        fast = columns.sweep(names, index, inputs, outputs, list(map(op_index.__getitem__, plan.schedule)), root_of,
                              list(map(position.__getitem__, map(device_of.__getitem__, plan.schedule))), known)
         if fast is not None:
             return fast
+    io = dict(zip(map(_NAME, graph.ops), zip(inputs, outputs)))
     alias_of = [index[t.alias_of] if t.alias_of in index else -1 for t in graph.tensors]
     written = bytearray(len(names))  # storages updated in place somewhere
     exists = bytearray(b"\x01") * len(names)
@@ -172,9 +174,14 @@ def replay(
     return Replay(names, index, order, first, last, home, empty.used, empty.preds)
 
 
-def op_io(graph: Graph, index: dict[str, int]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Each op's inputs and outputs by number (``record.numbering``'s), as the op lists them (a name listed
-    twice stays twice): the graph's topology's when it has one and lists no name twice."""
+def op_numbers(graph: Graph, index: dict[str, int]) -> tuple[
+        Mapping[str, int], Sequence[tuple[int, ...]], Sequence[tuple[int, ...]]]:
+    """Each op's number (its place in the graph's order), and by op number its inputs and outputs by tensor
+    number (``record.numbering``'s), as the op lists them (a name listed twice stays twice).
+
+    A validated graph has them already (``graph.topology``, built by the graph itself, not by any
+    planner): they are used unless some op lists a tensor twice, which the topology lists once.
+    """
     topology = vars(graph).get("topology")
     ops = graph.ops
     if (
@@ -182,9 +189,10 @@ def op_io(graph: Graph, index: dict[str, int]) -> dict[str, tuple[tuple[int, ...
         and _listed(ops, "inputs") == _listed(topology.op_inputs)
         and _listed(ops, "outputs") == _listed(topology.op_outputs)
     ):
-        return dict(zip(map(_NAME, ops), zip(topology.op_inputs, topology.op_outputs)))
+        return topology.op_index, topology.op_inputs, topology.op_outputs
     number = index.__getitem__
-    return {o.name: (tuple(map(number, o.inputs)), tuple(map(number, o.outputs))) for o in ops}
+    return ({o.name: k for k, o in enumerate(ops)}, [tuple(map(number, o.inputs)) for o in ops],
+            [tuple(map(number, o.outputs)) for o in ops])
 
 
 def _listed(rows: Any, field: str | None = None) -> int:
