@@ -41,7 +41,8 @@ from mpplan.verify.truth import TRUSTED_FIELDS, Truth, check_agrees, truth_from_
 __all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "truth_from_plan", "verify"]
 
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
-_NAME, _NBYTES, _ALIAS_OF = attrgetter("name"), attrgetter("nbytes"), attrgetter("alias_of")
+_NAME, _NBYTES = attrgetter("name"), attrgetter("nbytes")
+_ALIAS_OF, _GRAD_OF = attrgetter("alias_of"), attrgetter("grad_of")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +98,12 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     kinds = _by_kind(graph)
     last = list(run.last)
     end = len(plan.schedule) - 1
-    held_to_end = set(graph.outputs) | {t.name for t in kinds[Kind.OUTPUT]}
+    held_to_end = set(graph.outputs) | set(map(_NAME, kinds[Kind.OUTPUT]))
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
-        params = {t.name for t in kinds[Kind.PARAM]}  # copies are activations: none is a param
-        held_to_end |= {t.name for t in kinds[Kind.GRAD] if t.grad_of in params}
-    for name in held_to_end:
-        s = root_of[index[name]]
+        params = set(map(_NAME, kinds[Kind.PARAM]))  # copies are activations: none is a param
+        grads = kinds[Kind.GRAD]  # below: those of params, by columns in C rather than a test per tensor in Python
+        held_to_end.update(compress(map(_NAME, grads), map(params.__contains__, map(_GRAD_OF, grads))))
+    for s in map(root_of.__getitem__, map(index.__getitem__, held_to_end)):
         if last[s] >= 0:
             last[s] = end
     static = list(map(index.__getitem__, _static_storages(kinds, graph.tensors, index, grads_dynamic)))
