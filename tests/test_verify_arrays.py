@@ -12,6 +12,7 @@ import importlib
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
@@ -285,3 +286,11 @@ def test_too_small_capacity_named_after_the_fast_path() -> None:
     with pytest.raises(VerificationError, match=expected):
         verify(graph, small)
     verify(graph, small, check_capacity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-(1 << 62) + 1, (1 << 62) - 1) | st.integers(0, 5), max_size=30))
+def test_distinct_is_numpys_unique(values: list[int]) -> None:
+    """``_distinct`` (by a sort) gives what ``np.unique`` (by hashing, many times slower on large plans) gives."""
+    array = np.asarray(values, dtype=np.int64)
+    assert arrays._distinct(array).tolist() == np.unique(array).tolist()

@@ -22,7 +22,8 @@ from mpplan.graph import Graph, Op, Tensor
 from mpplan.plan import DevicePlan, Plan
 from mpplan.planner import PlannerSettings, plan
 from mpplan.verify import verify
-from mpplan.verify.replay import Replay, _numbering, replay
+from mpplan.verify.record import Numbering, Replay, numbering
+from mpplan.verify.replay import op_numbers, replay
 from mpplan.verify.sweep import sweep
 
 SWEEP = importlib.import_module("mpplan.verify.sweep")
@@ -112,9 +113,10 @@ def _plan(graph: Graph, order: tuple[str, ...], devices: list[int]) -> Plan:
 @given(cases())
 def test_sweep_matches_a_plain_replay(case: tuple[Graph, tuple[str, ...], list[int], dict[str, str]]) -> None:
     graph, order, devices, root = case
-    names, index, io = _numbering(graph, {})
+    names, index = numbering(graph)
     root_of = [index[root[n]] for n in names]
-    fast = sweep(names, index, io, root_of, order, devices, DEVICES)
+    op_index, inputs, outputs = op_numbers(graph, index)
+    fast = sweep(names, index, inputs, outputs, [op_index[n] for n in order], root_of, devices, DEVICES)
     expected = _reference(graph, order, devices, root)
     event("fault" if expected is None else "ok")
     assert (None if fast is None else _as_names(fast)) == expected
@@ -134,7 +136,8 @@ def test_sweep_agrees_with_the_replay(case: tuple[Graph, tuple[str, ...], list[i
 
 def _replayed(graph: Graph, p: Plan, root: dict[str, str]) -> Replay | str:
     try:
-        return replay(graph, p, root, {}, dict(p.placement))
+        names, index = numbering(graph)
+        return replay(graph, p, Numbering(names, index, [index[root[n]] for n in names]), {}, dict(p.placement))
     except VerificationError as exc:
         return str(exc)
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import filterfalse
-from operator import attrgetter
+from itertools import compress, filterfalse, repeat
+from operator import attrgetter, is_, is_not
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
@@ -35,13 +35,14 @@ from mpplan.plan import Copy, DevicePlan, Plan
 from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks, check_scratch
 from mpplan.verify.parallel import check_parallel_safe
 from mpplan.verify.recompute import with_recomputes
-from mpplan.verify.replay import Replay, replay
+from mpplan.verify.record import Numbering, Replay, numbering
 from mpplan.verify.truth import TRUSTED_FIELDS, Truth, check_agrees, truth_from_config, truth_from_plan
 
 __all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "truth_from_plan", "verify"]
 
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
 _NAME, _NBYTES = attrgetter("name"), attrgetter("nbytes")
+_ALIAS_OF, _GRAD_OF = attrgetter("alias_of"), attrgetter("grad_of")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,14 @@ def memory_holds(plan: Plan, first: Sequence[int], last: Sequence[int], home: Se
     return arrays.memory_holds(plan, first, last, home, size, static, alignment, index)
 
 
+def _replay(graph: Graph, plan: Plan, numbers: Numbering, copies: dict[str, Copy], device_of: dict[str, str], *,
+            dependencies: bool) -> Replay:
+    """``replay.replay``, loaded (with its sweep's numpy) when a plan is first verified, as ``memory_holds`` is."""
+    from mpplan.verify.replay import replay
+
+    return replay(graph, plan, numbers, copies, device_of, dependencies=dependencies)
+
+
 def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Truth | None = None) -> VerifyReport:
     """Check ``plan`` against ``graph`` (and ``truth``); raise ``VerificationError`` on the first violation.
 
@@ -75,32 +84,33 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
         truth = truth_from_plan(plan)
     check_agrees(plan, truth)
     graph = with_recomputes(graph, plan)
-    tensors = dict(zip(map(_NAME, graph.tensors), graph.tensors))
-    copies = _check_copies(plan, tensors)
-    for c in copies.values():
-        tensors[c.name] = Tensor(c.name, c.bytes, Kind.ACTIVATION)
-    root = _roots(tensors)
+    names, index = numbering(graph)
+    copies = _check_copies(plan, graph.tensors, index)
+    names += copies
+    index.update(zip(copies, range(len(graph.tensors), len(names))))
+    numbers = Numbering(names, index, _root_numbers(graph, copies, names, index))
     _check_schedule_names(graph, plan, copies)
     device_of = _check_placement(graph, plan, copies)
     check_scratch(plan, device_of)
-    run = replay(graph, plan, root, copies, device_of, dependencies=truth.parallel_safe)
-    names, index = run.names, run.index
+    run = _replay(graph, plan, numbers, copies, device_of, dependencies=truth.parallel_safe)
+    root_of = numbers.root_of
     grads_dynamic = truth.grads == "dynamic"
     kinds = _by_kind(graph)
     last = list(run.last)
     end = len(plan.schedule) - 1
-    held_to_end = set(graph.outputs) | {t.name for t in kinds[Kind.OUTPUT]}
+    held_to_end = set(graph.outputs) | set(map(_NAME, kinds[Kind.OUTPUT]))
     if grads_dynamic:  # eager's .grad: made by backward, held to the end of the step
-        params = {t.name for t in kinds[Kind.PARAM]}  # copies are activations: none is a param
-        held_to_end |= {t.name for t in kinds[Kind.GRAD] if t.grad_of in params}
-    for name in held_to_end:
-        s = index[root[name]]
+        params = set(map(_NAME, kinds[Kind.PARAM]))  # copies are activations: none is a param
+        grads = kinds[Kind.GRAD]  # below: those of params, by columns in C rather than a test per tensor in Python
+        held_to_end.update(compress(map(_NAME, grads), map(params.__contains__, map(_GRAD_OF, grads))))
+    for s in map(root_of.__getitem__, map(index.__getitem__, held_to_end)):
         if last[s] >= 0:
             last[s] = end
-    static = [index[s] for s in _static_storages(kinds, tensors, grads_dynamic)]
-    size = list(map(_NBYTES, map(tensors.__getitem__, names)))
-    position = {d.name: i for i, d in enumerate(plan.devices)}
-    home = [-1 if h is None else position[h] for h in run.home]
+    static = list(map(index.__getitem__, _static_storages(kinds, graph.tensors, index, grads_dynamic)))
+    size = [*map(_NBYTES, graph.tensors), *(c.bytes for c in copies.values())]  # by number: tensors, then copies
+    position: dict[str | None, int] = {None: -1}  # None: untouched
+    position.update((d.name, i) for i, d in enumerate(plan.devices))
+    home = list(map(position.__getitem__, run.home))  # in C: no Python frame per storage
     if plan.blocks or not memory_holds(plan, run.first, last, home, size, static, truth.alignment, index):
         _check_memory_by_name(plan, run, last, size, static, check_capacity=check_capacity, alignment=truth.alignment)
     elif check_capacity:
@@ -161,6 +171,40 @@ def _fail(message: str) -> None:
     raise VerificationError(message)
 
 
+def _root_numbers(graph: Graph, copies: dict[str, Copy], names: list[str], index: dict[str, int]) -> list[int]:
+    """The number of each tensor's (then each copy's) storage, the root of its alias chain.
+
+    Only views take a Python step, most tensors being their own root.  An alias cycle, an
+    unknown base or a name given twice leave it to ``_roots``, which walks the chains by name
+    and words the fault as always.
+    """
+    if len(index) != len(names):
+        return _roots_by_name(graph, copies, names, index)
+    alias = list(map(_ALIAS_OF, graph.tensors))
+    root = list(range(len(names)))
+    done = bytearray(map(is_, alias, repeat(None)))  # resolved: a tensor that is no view
+    for view in compress(range(len(alias)), map(is_not, alias, repeat(None))):
+        chain, cur = [], view
+        while not done[cur]:
+            base = index.get(alias[cur])
+            if base is None or base >= len(alias) or cur in chain:  # an unknown base (or a copy's name), a cycle
+                return _roots_by_name(graph, copies, names, index)
+            chain.append(cur)
+            cur = base
+        for c in chain:
+            root[c], done[c] = root[cur], 1
+    return root
+
+
+def _roots_by_name(graph: Graph, copies: dict[str, Copy], names: list[str], index: dict[str, int]) -> list[int]:
+    """``_root_numbers`` by name, where a fault (or names given twice) needs ``_roots``'s walk."""
+    tensors = dict(zip(map(_NAME, graph.tensors), graph.tensors))
+    for c in copies.values():
+        tensors[c.name] = Tensor(c.name, c.bytes, Kind.ACTIVATION)
+    root = _roots(tensors)
+    return list(map(index.__getitem__, map(root.__getitem__, names)))
+
+
 def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
     """Root of every alias chain, memoised so that long chains cost linear time."""
     roots = {name: name for name, t in tensors.items() if t.alias_of is None}  # most tensors: their own root
@@ -186,36 +230,45 @@ def _by_kind(graph: Graph) -> dict[Kind, list[Tensor]]:
     return kinds
 
 
-def _static_storages(kinds: dict[Kind, list[Tensor]], tensors: dict[str, Tensor], grads_dynamic: bool) -> set[str]:
-    """Roots resident for the whole step: inputs, params, optimizer state, and (``grads: static``) param grads."""
+def _static_storages(kinds: dict[Kind, list[Tensor]], tensors: Sequence[Tensor], index: dict[str, int],
+                     grads_dynamic: bool) -> set[str]:
+    """Roots resident for the whole step: inputs, params, optimizer state, and (``grads: static``) param grads.
+
+    ``index`` numbers ``tensors`` (the graph's) and then the copies, which are activations."""
     static = {t.name for kind in _ALWAYS_STATIC for t in kinds[kind] if t.alias_of is None}
     if not grads_dynamic:
-        static |= {t.name for t in kinds[Kind.GRAD] if t.alias_of is None and _is_param_grad(tensors, t)}
+        static |= {t.name for t in kinds[Kind.GRAD] if t.alias_of is None and _is_param_grad(tensors, index, t)}
     return static
 
 
-def _is_param_grad(tensors: dict[str, Tensor], tensor: Tensor) -> bool:
-    return tensor.kind is Kind.GRAD and tensor.grad_of is not None and tensors[tensor.grad_of].kind is Kind.PARAM
+def _is_param_grad(tensors: Sequence[Tensor], index: dict[str, int], tensor: Tensor) -> bool:
+    if tensor.kind is not Kind.GRAD or tensor.grad_of is None:
+        return False
+    of = index[tensor.grad_of]
+    return of < len(tensors) and tensors[of].kind is Kind.PARAM
 
 
-def _check_copies(plan: Plan, tensors: dict[str, Tensor]) -> dict[str, Copy]:
+def _check_copies(plan: Plan, tensors: Sequence[Tensor], index: dict[str, int]) -> dict[str, Copy]:
+    """The plan's copies by name, each of a known tensor, between two known devices, of all its bytes
+    (``index`` numbers ``tensors``, the graph's)."""
     copies: dict[str, Copy] = {}
     devices = {d.name for d in plan.devices}
     for c in plan.copies:
-        if c.name in tensors or c.name in copies:
+        if c.name in index or c.name in copies:
             _fail(f"copy {c.name!r}: name clashes with a tensor or another copy")
-        if c.tensor not in tensors:
+        if c.tensor not in index:
             _fail(f"copy {c.name!r}: copies unknown tensor {c.tensor!r}")
         if c.src not in devices or c.dst not in devices or c.src == c.dst:
             _fail(f"copy {c.name!r}: needs two different known devices, got {c.src!r} -> {c.dst!r}")
-        if c.bytes < tensors[c.tensor].nbytes:
-            _fail(f"copy {c.name!r}: moves {c.bytes} bytes of a {tensors[c.tensor].nbytes}-byte tensor")
+        nbytes = tensors[index[c.tensor]].nbytes
+        if c.bytes < nbytes:
+            _fail(f"copy {c.name!r}: moves {c.bytes} bytes of a {nbytes}-byte tensor")
         copies[c.name] = c
     return copies
 
 
 def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
-    known = {o.name for o in graph.ops} | set(copies)
+    known = set(map(_NAME, graph.ops)) | set(copies)
     if len(set(plan.schedule)) == len(plan.schedule) == len(known) and known.issuperset(plan.schedule):
         return  # each known op once, and as many steps as ops: the common case in C; the loop names a fault
     seen: set[str] = set()
@@ -234,7 +287,7 @@ def _check_placement(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> dict[
     names = [d.name for d in plan.devices]
     if not names:
         _fail("plan lists no devices")
-    ops = [o.name for o in graph.ops] + list(copies)
+    ops = [*map(_NAME, graph.ops), *copies]
     if len(names) == 1 and set(plan.placement.values()) <= {names[0]}:
         return dict.fromkeys(ops, names[0])  # one device, nothing placed elsewhere (so no copy): no loop
     placement: dict[str, str] = {}

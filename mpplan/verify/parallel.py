@@ -3,7 +3,7 @@
 Memonger's rule: two storages may share memory only if every step touching one is a
 strict ancestor of the step that creates the other, so no executor that respects
 the DAG's edges can run them at the same time.  The DAG is the one the plan runs,
-copies included (``replay.Replay.preds``): a tensor read on another device through a
+copies included (``record.Replay.preds``): a tensor read on another device through a
 copy is touched by the copy on its own device, not by the remote reader.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Container, Mapping
 
 from mpplan.errors import VerificationError
 from mpplan.plan import Buffer
-from mpplan.verify.replay import Replay
+from mpplan.verify.record import Replay
 
 
 def check_parallel_safe(buffers: dict[str, Buffer], run: Replay, dynamic: Container[str],

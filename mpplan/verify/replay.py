@@ -12,44 +12,23 @@ constant work per tensor reference, so verification grows linearly with the plan
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph
 from mpplan.plan import Copy, Plan
+from mpplan.verify import sweep as columns
+from mpplan.verify.record import Numbering, Replay
 
-
-@dataclass(frozen=True, slots=True)
-class Replay:
-    """Per storage (root tensor or copy), by its number: its first and last step, and its one device.
-
-    Storages are numbered as ``names`` lists them (the graph's tensors, then the copies;
-    ``index`` is the inverse); ``order`` holds the numbers of the storages the schedule
-    touches, in the order first touched.  ``first``, ``last`` and ``home`` hold -1, -1 and
-    None for the rest.  The checks after the replay run on these numbers; names come back
-    only to word an error.
-
-    With ``dependencies``: ``users[s]`` are the steps that touch ``s`` (by name) on its device,
-    and ``preds[i]`` the steps that step ``i`` must wait for in the executed DAG (data,
-    copies, and the in-place version order), for the parallel-safety check.
-    """
-
-    names: list[str]
-    index: dict[str, int]
-    order: list[int]
-    first: list[int]
-    last: list[int]
-    home: list[str | None]
-    users: dict[str, list[int]]
-    preds: list[list[int]]
+_NAME = attrgetter("name")
 
 
 def replay(
     graph: Graph,
     plan: Plan,
-    root: dict[str, str],
+    numbers: Numbering,
     copies: dict[str, Copy],
     device_of: dict[str, str],
     *,
@@ -57,20 +36,19 @@ def replay(
 ) -> Replay:
     """Replay ``plan.schedule``; raise ``VerificationError`` on the first read of a missing or stale value.
 
-    The sweep indexes lists by tensor and copy numbers (see ``_numbering``) rather than hashing
-    names per reference; names come back only for messages.
+    The sweep indexes lists by tensor and copy numbers (``numbers``, see ``record.numbering``) rather
+    than hashing names per reference; names come back only for messages.
     """
-    names, index, io = _numbering(graph, copies)
-    root_of = list(map(index.__getitem__, map(root.__getitem__, names)))
-    if not copies and not dependencies:  # numpy's columns answer for most plans; the loop below words faults
-        from mpplan.verify.sweep import sweep
-
-        known = [d.name for d in plan.devices]
+    names, index, root_of = numbers.names, numbers.index, numbers.root_of
+    op_index, inputs, outputs = op_numbers(graph, index)
+    if not copies and not dependencies and len(op_index) == len(inputs):  # numpy's columns answer for most
+        known = [d.name for d in plan.devices]  # plans; the loop below words faults (and takes op names given twice)
         position = {d: i for i, d in enumerate(known)}
-        fast = sweep(names, index, io, root_of, plan.schedule,
-                     list(map(position.__getitem__, map(device_of.__getitem__, plan.schedule))), known)
+        fast = columns.sweep(names, index, inputs, outputs, list(map(op_index.__getitem__, plan.schedule)), root_of,
+                             list(map(position.__getitem__, map(device_of.__getitem__, plan.schedule))), known)
         if fast is not None:
             return fast
+    io = dict(zip(map(_NAME, graph.ops), zip(inputs, outputs)))
     alias_of = [index[t.alias_of] if t.alias_of in index else -1 for t in graph.tensors]
     written = bytearray(len(names))  # storages updated in place somewhere
     exists = bytearray(b"\x01") * len(names)
@@ -196,34 +174,25 @@ def replay(
     return Replay(names, index, order, first, last, home, empty.used, empty.preds)
 
 
-def _numbering(
-    graph: Graph, copies: dict[str, Copy]
-) -> tuple[list[str], dict[str, int], dict[str, tuple[tuple[int, ...], tuple[int, ...]]]]:
-    """Tensor and copy names by number (the graph's tensors, then the copies), and each op's inputs and
-    outputs by number, as the op lists them (a name listed twice stays twice).
+def op_numbers(graph: Graph, index: dict[str, int]) -> tuple[
+        Mapping[str, int], Sequence[tuple[int, ...]], Sequence[tuple[int, ...]]]:
+    """Each op's number (its place in the graph's order), and by op number its inputs and outputs by tensor
+    number (``record.numbering``'s), as the op lists them (a name listed twice stays twice).
 
-    A validated graph has numbered its tensors and ops once already (``graph.topology``, built by
-    the graph itself, not by any planner); those numbers are reused unless some op lists a tensor
-    twice, which the topology lists once. Otherwise (a graph rewritten with recomputes, not yet
-    validated) the same numbers are built here.
+    A validated graph has them already (``graph.topology``, built by the graph itself, not by any
+    planner): they are used unless some op lists a tensor twice, which the topology lists once.
     """
-    names = [t.name for t in graph.tensors]
-    names += copies
-    topology = vars(graph).get("topology")  # only when already built: building it here would validate
-    if topology is not None:
-        index = dict(topology.tensor_index)
-    else:
-        index = {name: i for i, name in enumerate(names[: len(graph.tensors)])}
-    index.update((name, i) for i, name in enumerate(names[len(graph.tensors) :], len(graph.tensors)))
+    topology = vars(graph).get("topology")
     ops = graph.ops
     if (
         topology is not None
         and _listed(ops, "inputs") == _listed(topology.op_inputs)
         and _listed(ops, "outputs") == _listed(topology.op_outputs)
     ):
-        return names, index, dict(zip(map(attrgetter("name"), ops), zip(topology.op_inputs, topology.op_outputs)))
+        return topology.op_index, topology.op_inputs, topology.op_outputs
     number = index.__getitem__
-    return names, index, {o.name: (tuple(map(number, o.inputs)), tuple(map(number, o.outputs))) for o in ops}
+    return ({o.name: k for k, o in enumerate(ops)}, [tuple(map(number, o.inputs)) for o in ops],
+            [tuple(map(number, o.outputs)) for o in ops])
 
 
 def _listed(rows: Any, field: str | None = None) -> int:

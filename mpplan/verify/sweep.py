@@ -22,30 +22,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
-from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
 
-from mpplan.verify.replay import Replay
+from mpplan.verify.record import Replay
 
 _Ints = npt.NDArray[np.int64]
 
 
-def sweep(names: list[str], index: dict[str, int], io: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
-          root_of: Sequence[int], schedule: Sequence[str], device: Sequence[int],
+def sweep(names: list[str], index: dict[str, int], inputs: Sequence[tuple[int, ...]],
+          outputs: Sequence[tuple[int, ...]], op_of: Sequence[int], root_of: Sequence[int], device: Sequence[int],
           devices: Sequence[str]) -> Replay | None:
-    """The ``Replay`` of ``schedule`` (each op of ``io`` once, no copies), or None when some check fails.
+    """The ``Replay`` of the schedule that runs op ``op_of[i]`` at step ``i`` (each op once, no copies), or
+    None when some check fails.
 
-    ``names``, ``index`` and ``io`` are ``replay._numbering``'s; ``root_of`` gives each
-    tensor's storage number; ``device[i]`` is the position in ``devices`` of step ``i``'s op.
+    ``names`` and ``index`` are ``record.numbering``'s; ``inputs`` and ``outputs`` (by op number, its
+    place in the graph's order) are ``replay.op_numbers``'s; ``root_of`` gives each tensor's storage
+    number; ``device[i]`` is the position in ``devices`` of step ``i``'s op.
     """
-    steps, count = len(schedule), len(names)
-    rows = list(map(io.__getitem__, schedule))
-    n_in = np.fromiter(map(len, map(itemgetter(0), rows)), np.int64, steps)
-    width = n_in + np.fromiter(map(len, map(itemgetter(1), rows)), np.int64, steps)
+    steps, count = len(op_of), len(names)
+    ins, outs = list(map(inputs.__getitem__, op_of)), list(map(outputs.__getitem__, op_of))
+    n_in = np.fromiter(map(len, ins), np.int64, steps)
+    width = n_in + np.fromiter(map(len, outs), np.int64, steps)
     total = int(width.sum())
-    tensor = np.fromiter(chain.from_iterable(chain.from_iterable(rows)), np.int64, total)  # inputs, then outputs
+    tensor = np.fromiter(chain.from_iterable(chain.from_iterable(zip(ins, outs))), np.int64, total)  # ins, then outs
     step = np.repeat(np.arange(steps, dtype=np.int64), width)
     written = np.arange(total, dtype=np.int64) - (np.cumsum(width) - width)[step] >= n_in[step]
     read = ~written
@@ -64,7 +65,7 @@ def sweep(names: list[str], index: dict[str, int], io: dict[str, tuple[tuple[int
     rewritten = np.zeros(count, dtype=bool)
     rewritten[storage[in_place]] = True
     kept = rewritten[storage]  # the references to storages written in place somewhere: the others stay at 0
-    at = _graph_places(io, schedule, step[kept])
+    at = np.asarray(op_of, dtype=np.int64)[step[kept]]  # each reference's op's place in the graph's order
     if not _same_versions(storage[kept], step[kept], at, read[kept], in_place[kept], steps + 1):
         return None  # a read of another version than the graph's order gives
     position = np.arange(total, dtype=np.int64)
@@ -99,17 +100,6 @@ def _extremes(group: _Ints, values: _Ints, groups: int, above: int) -> tuple[_In
     np.minimum.at(least, group, values)
     np.maximum.at(most, group, values)
     return least, most
-
-
-def _graph_places(io: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], schedule: Sequence[str],
-                  steps: _Ints) -> _Ints:
-    """The place in the graph's order (``io``'s) of the op at each of ``steps``: a walk over the names,
-    with a dict of only the few ops that touch storages written in place."""
-    ops = np.unique(steps)
-    wanted = set(map(schedule.__getitem__, ops.tolist()))
-    place = {name: k for k, name in enumerate(io) if name in wanted}
-    at = np.fromiter(map(place.__getitem__, map(schedule.__getitem__, ops.tolist())), np.int64, len(ops))
-    return at[np.searchsorted(ops, steps)]
 
 
 def _same_versions(storage: _Ints, step: _Ints, at: _Ints, read: npt.NDArray[np.bool_],

@@ -1,0 +1,117 @@
+"""The verifier's storage roots by number (``_root_numbers``) against a plain walk of the alias chains.
+
+``_root_numbers`` resolves only the views, by number, and leaves any fault (an alias cycle, an
+unknown base, a tensor name given twice) to the walk by name (``_roots``), which words it.  So on
+random alias forests, cycles and dangling bases included, it must give each tensor's (and copy's)
+root exactly as a walk written here does, and fail exactly as the walk by name does; and the
+verifier must give every plan the verdict it gives with the roots walked by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from mpplan.errors import VerificationError
+from mpplan.graph import Graph, Kind, Tensor
+from mpplan.plan import Copy, Plan
+from mpplan.planner import rematerialised
+from mpplan.verify import verify
+from mpplan.verify.record import numbering
+from test_verify_fuzz import TAMPERS, _truth, planned
+
+VERIFY = importlib.import_module("mpplan.verify")  # the module: ``mpplan.verify`` is also the function
+
+
+@st.composite
+def aliased(draw: st.DrawFn) -> tuple[Graph, dict[str, Copy]]:
+    """Up to 9 tensors, each its own storage or a view of any tensor (later ones and itself too, so
+    cycles), now and then of a missing one or under a name given twice; and up to 2 copies."""
+    count = draw(st.integers(1, 9))
+    names = [f"t{i}" for i in range(count)]
+    if draw(st.integers(0, 9)) == 0:
+        names[-1] = names[0]  # a name given twice
+    bases = st.one_of(st.none(), st.none(), st.sampled_from(names), st.just("missing"))
+    tensors = tuple(Tensor(name, 4, alias_of=draw(bases)) for name in names)
+    copies = {f"c{k}": Copy(f"c{k}", draw(st.sampled_from(names)), "gpu0", "gpu1", 4)
+              for k in range(draw(st.integers(0, 2)))}
+    return Graph("g", tensors, (), ()), copies
+
+
+def _walked(graph: Graph, copies: dict[str, Copy]) -> list[str] | str:
+    """Each tensor's root, then each copy (its own), by walking its chain; or the fault, in words."""
+    base = {t.name: t.alias_of for t in graph.tensors}
+    if len(base) != len(graph.tensors):
+        return "a name given twice"
+    roots = []
+    for t in graph.tensors:
+        seen, cur = [], t.name
+        while base[cur] is not None:
+            if cur in seen:
+                return "an alias cycle"
+            seen.append(cur)
+            cur = base[cur]  # type: ignore[assignment]
+            if cur not in base:
+                return "an unknown base"
+        roots.append(cur)
+    return roots + list(copies)
+
+
+def _numbered(graph: Graph, copies: dict[str, Copy], how: str) -> list[str] | str:
+    """The roots ``_root_numbers`` (``how="numbers"``) or ``_roots_by_name`` finds, as names; or its error."""
+    names, index = numbering(graph)
+    names = names + list(copies)
+    index.update(zip(copies, range(len(graph.tensors), len(names))))
+    find = VERIFY._root_numbers if how == "numbers" else VERIFY._roots_by_name
+    try:
+        return [names[r] for r in find(graph, copies, names, index)]
+    except (VerificationError, KeyError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(aliased())
+def test_root_numbers_match_a_plain_walk(case: tuple[Graph, dict[str, Copy]]) -> None:
+    graph, copies = case
+    expected = _walked(graph, copies)
+    fast, by_name = _numbered(graph, copies, "numbers"), _numbered(graph, copies, "name")
+    event(expected if isinstance(expected, str) else "resolved")
+    assert fast == by_name  # the same roots, or the same error, word for word
+    if isinstance(expected, list):
+        assert fast == expected
+    elif expected == "an alias cycle":
+        assert isinstance(fast, str) and fast.startswith("VerificationError") and "alias cycle" in fast
+    elif expected == "an unknown base":
+        assert isinstance(fast, str) and fast.startswith("KeyError")
+
+
+def test_a_cycle_is_worded_by_name() -> None:
+    """A cycle behind a chain of views names the tensor whose walk found it, as the walk by name always did."""
+    tensors = (Tensor("a", 4, Kind.INPUT), Tensor("v", 4, alias_of="w"), Tensor("w", 4, alias_of="x"),
+               Tensor("x", 4, alias_of="w"))
+    graph = Graph("g", tensors, (), ())
+    assert _numbered(graph, {}, "numbers") == "VerificationError: tensor 'v': alias cycle"
+
+
+def _verdict(graph: Graph, p: Plan) -> object:
+    try:
+        return verify(graph, p, truth=_truth(p))
+    except VerificationError as exc:
+        return str(exc)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(planned(), st.data())
+def test_verdicts_match_the_roots_walked_by_name(case: tuple[Graph, Plan], data: st.DataObject) -> None:
+    """Planned plans, untouched or tampered with: the same verdict, word for word, with either way to the roots."""
+    graph, p = case
+    tamper = data.draw(st.sampled_from(TAMPERS))
+    broken = tamper(data, rematerialised(graph, p), p)  # tampers pick from the ops the schedule runs
+    for candidate in (p, broken) if broken is not None else (p,):
+        fast = _verdict(graph, candidate)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(VERIFY, "_root_numbers", VERIFY._roots_by_name)
+            assert _verdict(graph, candidate) == fast
