@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from mpplan import sim
 from mpplan.config import Device, PlannerSection, capacity_fraction
@@ -22,11 +22,13 @@ from mpplan.liveness import Liveness, live_ranges
 from mpplan.passes.assign import assign_arena
 from mpplan.passes.copies import Placed, inject_copies, legalize, listing
 from mpplan.passes.place import PlacementOptions, choose_placement, module_devices
-from mpplan.passes.remat import RematInfeasibleError, RematResult, apply_recompute, remat
-from mpplan.passes.remat.fit import Fitted, PlanGraph, fit_planned
 from mpplan.passes.schedule import schedule as schedule_ops
 from mpplan.plan import Buffer, DevicePlan, Plan, PlanSettings, RematRecord
 from mpplan.progress import progress
+
+if TYPE_CHECKING:  # the remat package is imported where a plan recomputes: a plan without remat never loads it
+    from mpplan.passes.remat import RematResult
+    from mpplan.passes.remat.fit import Fitted, PlanGraph
 
 #: Graphs of at least this many ops get a planning progress bar (on a terminal).
 PROGRESS_MIN_OPS = 20_000
@@ -201,6 +203,9 @@ def _plan_within_budget(graph: Graph, devices: Sequence[Device], settings: Plann
     """``remat: budget``: the budget bounds every device's planned peak (arena at the
     alignment, static included), order first, then recomputes (``mpplan.passes.remat.fit``).
     ``RematInfeasibleError`` carries the plan with the least peak found as ``plan``."""
+    from mpplan.passes.remat import RematInfeasibleError
+    from mpplan.passes.remat.fit import fit_planned
+
     if settings.remat_budget is None:
         raise ConfigError("remat budget: the budget policy needs bytes (16GiB) or a fraction (0.8) of the peak")
     inner = dataclasses.replace(settings, remat="none", grads="static")  # the graph is already under grads
@@ -262,6 +267,8 @@ def _placement_options(settings: PlannerSettings) -> PlacementOptions:
 
 
 def _remat(graph: Graph, settings: PlannerSettings) -> RematResult:
+    from mpplan.passes.remat import remat
+
     return remat(
         graph,
         settings.remat,
@@ -330,6 +337,8 @@ def rematerialised(graph: Graph, plan_: Plan) -> Graph:
     graph = memory_model(graph, str(plan_.settings.get("grads", "static")))
     if not plan_.remat:
         return graph
+    from mpplan.passes.remat import apply_recompute
+
     from_ops = {r.tensor: r.from_op for r in plan_.remat if r.from_op is not None}
     return apply_recompute(graph, dict.fromkeys(r.op for r in plan_.remat), from_ops)
 

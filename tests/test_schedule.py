@@ -24,7 +24,7 @@ from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.liveness import check_order, live_ranges
 from mpplan.passes import schedule as schedule_module
 from mpplan.passes.schedule import SCHEDULERS, SearchLimitError, schedule
-from mpplan.passes.schedule import searching
+from mpplan.passes.schedule import heuristics, searching
 from mpplan.passes.schedule.climber import Budget, Climber
 from mpplan.passes.schedule.frontiers import exact_search
 from mpplan.passes.schedule.given import keeps_given_order, queue_keeps_given_order
@@ -358,6 +358,33 @@ def test_longest_path_runs_the_source_with_the_longer_path_first() -> None:
         ("j",),
     )
     assert names(g, schedule(g, "longest_path")) == ["long0", "long1", "long2", "short", "join"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs(max_ops=25, min_ops=0))
+def test_longest_path_orders_the_sources_as_memongers_tree_reads_them(graph: Graph) -> None:
+    """The sources ``_by_longest_path`` orders are the tree's leaves, each once; one source is
+    its own only leaf, which is why ``_longest_path`` skips the heights then."""
+    mem = Memory.of(graph)
+    sources = [v for v in range(mem.num_ops) if not mem.preds[v]]
+    ordered = heuristics._by_longest_path(mem, sources)
+    assert sorted(ordered) == sources
+    assert heuristics._longest_path(mem) == heuristics._reverse_postorder(mem, ordered)
+
+
+def test_longest_path_of_a_one_source_graph_computes_no_heights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training step with one source (the synthetic transformer's) has nothing to order by
+    height: the depth-first walk from that source is the whole heuristic."""
+    graph = synthetic_graph("transformer", layers=2, train=True)
+    mem = Memory.of(graph)
+    expected = heuristics._longest_path(mem)
+
+    def refuse(mem: Memory, sources: list[int]) -> list[int]:
+        raise AssertionError("heights computed for one source")
+
+    monkeypatch.setattr(heuristics, "_by_longest_path", refuse)
+    assert sum(not p for p in mem.preds) == 1
+    assert heuristics._longest_path(mem) == expected == tuple(range(mem.num_ops))
 
 
 def test_traversals_break_ties_by_id() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,29 @@ def test_an_infeasible_budget_is_returned_as_a_refusal_with_the_best_plan_writte
     assert outcome.refused is not None and outcome.exit_code == 3
     assert outcome.report is None and not outcome.baselines
     assert load_plan(outcome.path) == outcome.plan
+
+
+def test_a_plan_without_recomputation_never_imports_the_remat_package(tmp_path, tiny_config):
+    """The remat package (0.08 CPU s to import) loads only for a plan that recomputes, or refuses
+    a budget.  A fresh interpreter, so other tests' imports do not count."""
+    import subprocess
+    import sys
+
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        from mpplan.config import load_config
+        from mpplan.workflows import plan_into_folder
+        for policy in ("none", "sqrt"):
+            config = load_config({str(tiny_config)!r}, ["planner.remat.policy=" + policy])
+            assert plan_into_folder(config, {str(tmp_path)!r} + "/" + policy).exit_code == 0
+            print(policy, "mpplan.passes.remat" in sys.modules)
+        """
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["none False", "sqrt True"]
 
 
 def test_plan_into_folder_needs_a_device(tmp_path, tiny_config):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpplan import sim
 from mpplan.config import Config, resolve_devices
-from mpplan.errors import ConfigError
+from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.outputs import output_folder
 from mpplan.plan import Plan, save_plan, write_json_atomic
@@ -54,7 +54,6 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     ``ConfigError`` when the config names no device.
     """
     from mpplan.capture import graph_from_config, program_from_config
-    from mpplan.passes.remat import RematInfeasibleError
     from mpplan.planner import PlannerSettings, plan
     from mpplan.verify import verify
 
@@ -76,8 +75,10 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     settings = PlannerSettings.from_config(config.planner)
     try:
         result = as_run(plan(graph, devices, settings))
-    except RematInfeasibleError as exc:
-        if exc.plan is None:
+    except InfeasibleError as exc:  # the remat package's refusal: it is loaded only by a plan that recomputes
+        from mpplan.passes.remat import RematInfeasibleError
+
+        if not isinstance(exc, RematInfeasibleError) or exc.plan is None:
             raise
         verify(graph, exc.plan, check_capacity=False)
         return PlanOutcome(exc.plan, save_plan(exc.plan, folder / "plan.json"), refused=exc)
