@@ -1,0 +1,164 @@
+"""The cut MILP with double drops (``mpplan.passes.remat.cutmilp2``).
+
+Held equal to a brute force over the same family on tiny graphs: every subset of
+candidates, each recomputed once at any cut or (single-output ops) dropped at any two of
+its gaps with no candidate neighbour (consumer, producer of an input) recomputed, each
+rewritten by ``apply_recompute`` and measured by ``sim``.  Every answer's rewrite fits,
+costs what the MILP says, and plans into a plan the verifier passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_remat_cutmilp import small_dags
+from test_remat_cutmulti import twice_read
+from test_remat_cuts import cut_options, gapped_graphs, least_cut_cost, peak, planned_with
+
+from mpplan.errors import ConfigError
+from mpplan.graph import Graph, Op, Tensor
+from mpplan.passes.remat import apply_recompute, build_model
+from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.cutexact import option_of
+from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours, solve_doubles
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names
+from mpplan.verify import verify
+
+#: Brute-force combinations past which a drawn graph is not checked (seconds each).
+MAX_COMBOS = 3000
+
+
+def milp2_cost(graph: Graph, budget: int) -> float | None:
+    """The double-drop MILP's least cost for ``budget`` (``None``: nothing fits), after
+    checking its answer's rewrite fits, costs what it says and passes the verifier."""
+    model = build_model(graph)
+    program = double_program(model, budget - model.static_bytes)
+    assert program is not None
+    found = solve_doubles(program, 20.0)
+    if found is None:
+        return None
+    assert found.status == "optimal"
+    names, from_ops = double_names(model, program, found.chosen)
+    rewritten = apply_recompute(graph, names, from_ops)
+    assert peak(rewritten) <= budget
+    cost = sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+    assert abs(cost - sum(program.cost[program.y_cols[i][k]] for i, k in found.chosen.items())
+               * max(model.cand_cost)) < 1e-6
+    assert found.bound is not None and found.bound <= cost + 1e-6
+    if names:
+        verify(graph, planned_with(graph, result_of(graph, names, "budget", peak(graph), 0.0, from_ops=from_ops)))
+    return cost
+
+
+def family(graph: Graph) -> list[list[object]]:
+    """Per candidate: not recomputed (``None``), each one-drop cut (a dict), each double drop."""
+    names = build_model(graph).candidate_names()
+    return [[None, *cut_options(graph, name), *drops_of(graph, [name])] for name in names]
+
+
+def least_family_cost(graph: Graph, budget: int) -> float | None:
+    """Brute force over ``family``, a double drop's neighbours left alone (the model's scope)."""
+    model = build_model(graph)
+    names = model.candidate_names()
+    best = None
+    for combo in itertools.product(*family(graph)):
+        doubled = [i for i, c in enumerate(combo) if isinstance(c, Drop)]
+        if any(combo[c] is not None for i in doubled for c in neighbours(model, i)):
+            continue
+        drops = [c for c in combo if isinstance(c, Drop)]
+        ops = [name for name, c in zip(names, combo) if isinstance(c, dict)]
+        cuts = {t: o for c in combo if isinstance(c, dict) for t, o in c.items()}
+        try:
+            rewritten = apply_recompute(graph, *joint_names(drops, ops, cuts))
+        except ConfigError:
+            continue
+        if peak(rewritten) <= budget:
+            cost = sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+def test_the_milp_drops_the_cheap_tensor_twice_where_one_drop_costs_more() -> None:
+    """``twice_read`` at 410 bytes: one recompute per tensor costs 5 (``B``); ``A`` dropped
+    twice (after ``C1``'s and ``D``'s gaps) costs 2, and the MILP finds it."""
+    graph = twice_read()
+    assert least_cut_cost(graph, 410) == 5.0
+    assert milp2_cost(graph, 410) == 2.0
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    found = solve_doubles(program, 20.0)
+    assert found is not None
+    assert double_names(model, program, found.chosen) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
+    for budget in (409, 400, 310, 300):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def test_a_warm_start_from_a_one_drop_answer_is_taken() -> None:
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    warm = option_of(model, ["B"], {"b": "D"})
+    assert program is not None and warm is not None
+    found = solve_doubles(program, 20.0, warm)
+    assert found is not None and found.status == "optimal" and double_names(model, program, found.chosen)[0] == (
+        "A", "A@recompute")
+
+
+def combos(graph: Graph) -> int:
+    return len(list(itertools.islice(itertools.product(*family(graph)), MAX_COMBOS + 1)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.7, 0.99))
+def test_the_milp_equals_brute_force_over_cuts_and_double_drops(graph: Graph, fraction: float) -> None:
+    if combos(graph) > MAX_COMBOS:  # past what the brute force enumerates in seconds
+        return
+    budget = int(fraction * peak(graph))
+    assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags(), st.floats(0.7, 0.99))
+def test_the_milp_equals_brute_force_on_dags_with_chains_and_multi_output_ops(graph: Graph,
+                                                                             fraction: float) -> None:
+    if combos(graph) > MAX_COMBOS:
+        return
+    budget = int(fraction * peak(graph))
+    assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def read_from_kept(sizes: dict[str, int] | None = None) -> Graph:
+    """``twice_read`` with ``A`` reading ``w`` (50 bytes, made by ``W``, read by nothing else)
+    and the first stretch lighter (``big1`` 250 bytes), or the tensor sizes ``sizes``: each
+    recompute of ``A`` reads ``w`` again, so a double drop keeps ``w`` through the heavy
+    second stretch to ``D``."""
+    base = twice_read()
+    nbytes = {"w": 50, "big1": 250, **(sizes or {})}
+    tensors = tuple(dataclasses.replace(t, nbytes=nbytes.get(t.name, t.nbytes))
+                    for t in (base.tensors[0], Tensor("w", 0), *base.tensors[1:]))
+    ops = (Op("W", "f", ("x",), ("w",), 1.0), Op("A", "f", ("w",), ("a",), 1.0), *base.ops[1:])
+    return Graph("read_from_kept", tensors, ops, ("d",)).validate()
+
+
+def test_a_double_drop_keeps_its_inputs_until_its_second_recompute() -> None:
+    graph = read_from_kept()
+    assert peak(apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))) == 460
+    assert least_family_cost(graph, 460) == 2.0 and least_family_cost(graph, 459) == 5.0
+    for budget in (460, 459, 450, 410, 400):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries({t: st.integers(1, 400) for t in ("w", "a", "b", "big1", "q1", "big2", "q2", "d")}),
+       st.floats(0.6, 1.0))
+def test_the_milp_equals_brute_force_on_double_drops_reading_kept_inputs(sizes: dict[str, int],
+                                                                         fraction: float) -> None:
+    """``read_from_kept`` with random sizes: the second recompute's own step (its inputs and
+    its output live) or the stretches its input is kept across can hold the peak."""
+    graph = read_from_kept(sizes)
+    budget = int(fraction * peak(graph))
+    assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
