@@ -15,15 +15,14 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_remat_cutmilp import small_dags
-from test_remat_cutmulti import twice_read
+from test_remat_cutmulti import least_multi_cost, twice_read
 from test_remat_cuts import cut_options, gapped_graphs, least_cut_cost, peak, planned_with
 
-from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Op, Tensor
 from mpplan.passes.remat import apply_recompute, build_model
 from mpplan.passes.remat.api import result_of
-from mpplan.passes.remat.cutexact import option_of
-from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours, solve_doubles
+from mpplan.passes.remat.cutexact import option_of, solve_program
+from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names
 from mpplan.verify import verify
 
@@ -37,7 +36,7 @@ def milp2_cost(graph: Graph, budget: int) -> float | None:
     model = build_model(graph)
     program = double_program(model, budget - model.static_bytes)
     assert program is not None
-    found = solve_doubles(program, 20.0)
+    found = solve_program(program, 20.0)
     if found is None:
         return None
     assert found.status == "optimal"
@@ -60,25 +59,15 @@ def family(graph: Graph) -> list[list[object]]:
 
 
 def least_family_cost(graph: Graph, budget: int) -> float | None:
-    """Brute force over ``family``, a double drop's neighbours left alone (the model's scope)."""
+    """Brute force over cuts and double drops, a double drop's neighbours left alone (the
+    model's scope)."""
     model = build_model(graph)
-    names = model.candidate_names()
-    best = None
-    for combo in itertools.product(*family(graph)):
+
+    def in_scope(combo: tuple[object, ...]) -> bool:
         doubled = [i for i, c in enumerate(combo) if isinstance(c, Drop)]
-        if any(combo[c] is not None for i in doubled for c in neighbours(model, i)):
-            continue
-        drops = [c for c in combo if isinstance(c, Drop)]
-        ops = [name for name, c in zip(names, combo) if isinstance(c, dict)]
-        cuts = {t: o for c in combo if isinstance(c, dict) for t, o in c.items()}
-        try:
-            rewritten = apply_recompute(graph, *joint_names(drops, ops, cuts))
-        except ConfigError:
-            continue
-        if peak(rewritten) <= budget:
-            cost = sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
-            best = cost if best is None else min(best, cost)
-    return best
+        return all(combo[c] is None for i in doubled for c in neighbours(model, i))
+
+    return least_multi_cost(graph, budget, in_scope)
 
 
 def test_the_milp_drops_the_cheap_tensor_twice_where_one_drop_costs_more() -> None:
@@ -90,7 +79,7 @@ def test_the_milp_drops_the_cheap_tensor_twice_where_one_drop_costs_more() -> No
     model = build_model(graph)
     program = double_program(model, 410 - model.static_bytes)
     assert program is not None
-    found = solve_doubles(program, 20.0)
+    found = solve_program(program, 20.0)
     assert found is not None
     assert double_names(model, program, found.chosen) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
     for budget in (409, 400, 310, 300):
@@ -103,7 +92,7 @@ def test_a_warm_start_from_a_one_drop_answer_is_taken() -> None:
     program = double_program(model, 410 - model.static_bytes)
     warm = option_of(model, ["B"], {"b": "D"})
     assert program is not None and warm is not None
-    found = solve_doubles(program, 20.0, warm)
+    found = solve_program(program, 20.0, warm)
     assert found is not None and found.status == "optimal" and double_names(model, program, found.chosen)[0] == (
         "A", "A@recompute")
 

@@ -104,10 +104,12 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
 
 class CutProgram(SparseMilp):
     """The MILP's columns and rows (CSR), built once for one budget; mutable only while
-    ``__init__`` builds it.  ``too_large`` when it would outgrow ``MAX_NONZEROS``."""
+    ``__init__`` builds it.  ``too_large`` when it would outgrow ``max_nonzeros``."""
 
-    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int) -> None:
+    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int,
+                 max_nonzeros: int = MAX_NONZEROS) -> None:
         super().__init__()
+        self.max_nonzeros = max_nonzeros
         self.model, self.options = model, options
         self.unit = max(1.0, max(model.size, default=1) / 4096.0)
         self.limit = (dyn_budget + 0.5) / self.unit
@@ -217,7 +219,7 @@ class CutProgram(SparseMilp):
                 big = upper - self.limit
                 terms = add_scaled(terms, runs, scale=big)
             self.row(terms, -INF, self.limit + big - const)
-            if len(self.values_nz) > MAX_NONZEROS:
+            if len(self.values_nz) > self.max_nonzeros:
                 self.too_large = True
                 return
 

@@ -27,21 +27,20 @@ option excludes recomputing ``i``'s candidate consumers and the candidates produ
 inputs (``y_{i,o} + r_c <= 1``).  So the optimum is over one-drop answers (all of them) and
 double drops of tensors whose neighbours are not recomputed; its proved bound is a bound
 for that family, not for double drops in chains.  The tests hold the optimum equal to a
-brute force over the same family on tiny graphs.
+brute force over the same family on tiny graphs; ``cutexact.solve_program`` solves it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mpplan.passes.remat.cutexact import CutChoice, warm_point
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram, cut_options
-from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.cutmulti import Drop, joint_names
+from mpplan.passes.remat.formulation import MAX_NONZEROS
 from mpplan.passes.remat.model import MIN_GAP, RematModel
 from mpplan.passes.remat.sparse import Expr, add_scaled
 
-__all__ = ["Double", "DoubleProgram", "double_names", "double_program", "doubles_of", "neighbours", "solve_doubles"]
+__all__ = ["Double", "DoubleProgram", "double_names", "double_program", "doubles_of", "neighbours"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +87,16 @@ class DoubleProgram(CutProgram):
     """``CutProgram`` with double-drop options (module docstring): ``options[i]`` lists the
     one-drop options and then, from ``singles[i]`` on, one per ``doubles[i]`` entry."""
 
-    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int) -> None:
+    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int,
+                 max_nonzeros: int = MAX_NONZEROS) -> None:
         self.doubles = doubles_of(model, options)
         self.singles = [len(o) for o in options]
         n = len(options)
         # Second recomputes' steps: (b2, candidate, b1), encoded as q = n + index.
         self.seconds = sorted({(d.b2, i, d.b1) for i, ds in enumerate(self.doubles) for d in ds})
         self.second_index = {key: n + k for k, key in enumerate(self.seconds)}
-        super().__init__(model, [o + [o[d.first] for d in ds] for o, ds in zip(options, self.doubles)], dyn_budget)
+        super().__init__(model, [o + [o[d.first] for d in ds] for o, ds in zip(options, self.doubles)], dyn_budget,
+                         max_nonzeros)
         if self.too_large:
             return
         for i, ds in enumerate(self.doubles):
@@ -165,25 +166,12 @@ def double_names(model: RematModel, program: DoubleProgram,
     return joint_names(drops, names, from_ops)
 
 
-def double_program(model: RematModel, dyn_budget: int) -> DoubleProgram | None:
-    """The program for ``model`` at ``dyn_budget``, or ``None`` outside the cut model or too large."""
+def double_program(model: RematModel, dyn_budget: int, max_nonzeros: int = MAX_NONZEROS) -> DoubleProgram | None:
+    """The program for ``model`` at ``dyn_budget``, or ``None`` outside the cut model or past
+    ``max_nonzeros`` (RL250 at 0.8 needs about 2.1 times ``cutmilp``'s 1.0 million)."""
     options = cut_options(model)
     if options is None:
         return None
-    program = DoubleProgram(model, options, dyn_budget)
+    program = DoubleProgram(model, options, dyn_budget, max_nonzeros)
     return None if program.too_large else program
 
-
-def solve_doubles(program: DoubleProgram, time_limit_s: float, warm: dict[int, int] | None = None) -> CutChoice | None:
-    """``program``'s least-cost answer (candidate -> option) with HiGHS, started from ``warm``
-    if given; ``None`` when no backend, no choice fits, or none was found in ``time_limit_s``."""
-    backend = available_backend()
-    if backend is None:
-        return None
-    start = None if warm is None else warm_point(program, warm)
-    status, x, _, bound = solve_arrays(program, backend, time_limit_s, start)
-    if x is None or status not in ("optimal", "time_limit"):
-        return None
-    chosen = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
-    scale = max(program.model.cand_cost, default=1.0) or 1.0
-    return CutChoice(chosen, status, None if bound is None else bound * scale)
