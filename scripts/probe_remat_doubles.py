@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import time
 
@@ -78,7 +79,7 @@ def main() -> None:
         print(f"MILP: no answer in {seconds:.1f}s", flush=True)
         return
     cost = check(graph, model, program, choice.chosen, limit)
-    bound = "-" if choice.bound is None else f"{100 * choice.bound / total:.2f}%"
+    bound = "-" if choice.bound is None or not math.isfinite(choice.bound) else f"{100 * choice.bound / total:.2f}%"
     twice = sum(k >= program.singles[i] for i, k in choice.chosen.items())
     print(f"MILP: {100 * cost / total:.2f}% ({twice} tensors dropped twice) {choice.status}, proved >= {bound} "
           f"for its family, {seconds:.1f}s; verified: sim peak <= budget, plan passes mpplan.verify", flush=True)
