@@ -18,7 +18,8 @@ from test_remat_cutmilp import small_dags
 from test_remat_cutmulti import least_multi_cost, twice_read
 from test_remat_cuts import cut_options, gapped_graphs, least_cut_cost, peak, planned_with
 
-from mpplan.graph import Graph, Op, Tensor
+from mpplan import sim
+from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import apply_recompute, build_model
 from mpplan.passes.remat.api import result_of
 from mpplan.passes.remat.cutexact import option_of, solve_program
@@ -151,3 +152,52 @@ def test_the_milp_equals_brute_force_on_double_drops_reading_kept_inputs(sizes: 
     graph = read_from_kept(sizes)
     budget = int(fraction * peak(graph))
     assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def test_the_second_copy_counts_at_its_own_recompute() -> None:
+    """Rule: the second copy is live at ``R2``'s own step.  ``read_from_kept`` with ``a``
+    300 bytes and a light second stretch (``big2`` 150, ``q2`` 100): the double drop of
+    ``A`` peaks at 559 at ``A@recompute@recompute``, where the new ``a`` meets ``w`` (read
+    again), ``b``, ``q2`` and ``c1``; at 558 nothing in the family fits, and a model that
+    left the copy out of that step would call the double drop (cost 2) a fit."""
+    graph = read_from_kept({"a": 300, "big2": 150, "q2": 100})
+    twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
+    profile = sim.order_profile(twice, range(len(twice.ops)))
+    assert peak(twice) == 559 and twice.ops[profile.index(max(profile))].name == "A@recompute@recompute"
+    assert least_family_cost(graph, 559) == 2.0 and least_family_cost(graph, 558) is None
+    for budget in (559, 558):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def read_from_two_kept() -> Graph:
+    """``a`` (200 bytes, from ``w1``, 10) and ``b`` (200, from ``w2``, 150) both read by ``C0``,
+    ``C1`` and ``D`` across two heavy stretches, ``q2`` 100 bytes: with both dropped twice,
+    ``A``'s and then ``B``'s second recompute run before ``D``."""
+    act = Tensor
+    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 10), act("w2", 150), act("a", 200), act("b", 200), act("c0", 1),
+               act("big1", 350), act("q1", 1), act("c1", 1), act("big2", 300), act("q2", 100),
+               Tensor("d", 1, Kind.OUTPUT))
+    ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
+           Op("A", "f", ("w1",), ("a",), 1.0), Op("B", "f", ("w2",), ("b",), 1.0),
+           Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
+           Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "b", "q1", "c0"), ("c1",), 1.0),
+           Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
+           Op("D", "f", ("a", "b", "q2", "c1"), ("d",), 1.0))
+    return Graph("read_from_two_kept", tensors, ops, ("d",)).validate()
+
+
+def test_second_recomputes_before_one_op_run_in_order() -> None:
+    """Rule: second recomputes before one op run in ``(b1, i)`` order, each seeing the ones
+    before it as run.  Both tensors dropped twice peak at 659 at ``B``'s second recompute,
+    where ``A``'s new copy (200) is already live and ``w2`` (150) is read again; ``w1`` is
+    gone.  A model that ran them in the other order, or let neither see the other, puts
+    ``w1`` (10) there in place of ``a`` and calls the pair (cost 4) a fit at 610, where
+    nothing in the family fits."""
+    graph = read_from_two_kept()
+    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D"), Drop("B", "b", "C1", "D")], (), {}))
+    profile = sim.order_profile(both, range(len(both.ops)))
+    assert [op.name for op in both.ops[12:14]] == ["A@recompute@recompute", "B@recompute@recompute"]
+    assert peak(both) == 659 and both.ops[profile.index(max(profile))].name == "B@recompute@recompute"
+    assert least_family_cost(graph, 620) == 2.0 and least_family_cost(graph, 610) is None
+    for budget in (659, 620, 610):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
