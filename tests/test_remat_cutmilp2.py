@@ -201,3 +201,37 @@ def test_second_recomputes_before_one_op_run_in_order() -> None:
     assert least_family_cost(graph, 620) == 2.0 and least_family_cost(graph, 610) is None
     for budget in (659, 620, 610):
         assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def cut_apart() -> Graph:
+    """Three heavy stretches: ``a`` (200 bytes, from ``w1``, 150) read by ``C0``, ``C2`` and
+    ``D``, ``b`` (200, from ``w2``, 10) by ``C0``, ``C1`` and ``D``, ``q3`` 100 bytes: dropped
+    twice, ``b`` is cut first (at ``C1``), ``a`` at ``C2``, both again at ``D``."""
+    act = Tensor
+    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 150), act("w2", 10), act("a", 200), act("b", 200), act("c0", 1),
+               act("big1", 400), act("q1", 1), act("c1", 1), act("big2", 400), act("q2", 1), act("c2", 1),
+               act("big3", 300), act("q3", 100), Tensor("d", 1, Kind.OUTPUT))
+    ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
+           Op("A", "f", ("w1",), ("a",), 1.0), Op("B", "f", ("w2",), ("b",), 1.0),
+           Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
+           Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("b", "q1", "c0"), ("c1",), 1.0),
+           Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
+           Op("C2", "f", ("a", "q2", "c1"), ("c2",), 1.0), Op("P3", "f", ("x",), ("big3",), 1.0),
+           Op("Q3", "f", ("big3",), ("q3",), 1.0), Op("D", "f", ("a", "b", "q3", "c2"), ("d",), 1.0))
+    return Graph("cut_apart", tensors, ops, ("d",)).validate()
+
+
+def test_second_recomputes_before_one_op_run_in_the_order_of_their_first_cuts() -> None:
+    """Rule: the ``(b1, i)`` order puts ``b1`` first.  ``B``'s second recompute (first cut
+    at ``C1``) runs before ``A``'s (at ``C2``) though ``A`` comes first; both dropped twice
+    peak at 659 at ``A``'s, where ``b``'s new copy is live and ``w1`` (150) read again.  A
+    model ordering them by candidate alone counts ``w2`` (10) there in place of ``b`` and
+    calls the pair (cost 4) a fit at 610, where nothing in the family fits."""
+    graph = cut_apart()
+    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C2", "D"), Drop("B", "b", "C1", "D")], (), {}))
+    profile = sim.order_profile(both, range(len(both.ops)))
+    assert [op.name for op in both.ops[15:17]] == ["B@recompute@recompute", "A@recompute@recompute"]
+    assert peak(both) == 659 and both.ops[profile.index(max(profile))].name == "A@recompute@recompute"
+    assert least_family_cost(graph, 620) == 2.0 and least_family_cost(graph, 610) is None
+    for budget in (620, 610):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
