@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_remat_cutmilp import small_dags
@@ -235,3 +236,33 @@ def test_second_recomputes_before_one_op_run_in_the_order_of_their_first_cuts() 
     assert least_family_cost(graph, 620) == 2.0 and least_family_cost(graph, 610) is None
     for budget in (620, 610):
         assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def sharing_an_input() -> Graph:
+    """``A`` and ``B`` both read ``w2`` (83 bytes) and are read by ``C0``, ``C1`` and ``C2``
+    across two heavy stretches (found by a random search against the brute force)."""
+    act = Tensor
+    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 68), act("w2", 83), act("a", 56), act("b", 150), act("c0", 1),
+               act("big1", 330), act("q1", 24), act("c1", 1), act("big2", 322), act("q2", 51),
+               Tensor("out", 22, Kind.OUTPUT))
+    ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
+           Op("A", "f", ("x", "w2"), ("a",), 1.0), Op("B", "f", ("w2", "x"), ("b",), 1.0),
+           Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
+           Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "b", "q1", "c0"), ("c1",), 1.0),
+           Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
+           Op("C2", "f", ("a", "b", "q2", "c1"), ("out",), 1.0))
+    return Graph("sharing_an_input", tensors, ops, ("out",)).validate()
+
+
+@pytest.mark.xfail(strict=True, reason="an input read by two double drops' second recomputes is counted once per "
+                                       "drop (or, under an auxiliary, forces the pair out): to_come sums both")
+def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
+    """Both ``A`` and ``B`` dropped twice keep ``w2`` once, to ``B``'s second recompute:
+    peak 465 (at ``Q2``: ``w2``, ``big2``, ``q2``, ``c1``), cost 4.  ``DoubleProgram._versions``
+    adds ``w2``'s "a second recompute still to come" as one sum over both candidates' double
+    columns, so with both chosen it counts 2 * 83 bytes (or needs an auxiliary at least 2):
+    the MILP finds nothing under 520.  One bound per reader would count it once."""
+    graph = sharing_an_input()
+    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "C2"), Drop("B", "b", "C1", "C2")], (), {}))
+    assert peak(both) == 465 and least_family_cost(graph, 465) == 4.0
+    assert milp2_cost(graph, 465) == 4.0
