@@ -254,14 +254,12 @@ def sharing_an_input() -> Graph:
     return Graph("sharing_an_input", tensors, ops, ("out",)).validate()
 
 
-@pytest.mark.xfail(strict=True, reason="an input read by two double drops' second recomputes is counted once per "
-                                       "drop (or, under an auxiliary, forces the pair out): to_come sums both")
 def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
     """Both ``A`` and ``B`` dropped twice keep ``w2`` once, to ``B``'s second recompute:
     peak 465 (at ``Q2``: ``w2``, ``big2``, ``q2``, ``c1``), cost 4.  ``DoubleProgram._versions``
-    adds ``w2``'s "a second recompute still to come" as one sum over both candidates' double
-    columns, so with both chosen it counts 2 * 83 bytes (or needs an auxiliary at least 2):
-    the MILP finds nothing under 520.  One bound per reader would count it once."""
+    bounds ``w2``'s "a second recompute still to come" once per reader; one sum over both
+    candidates' double columns counted 2 * 83 bytes (or needed an auxiliary at least 2), and the
+    MILP found nothing under 520."""
     graph = sharing_an_input()
     both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "C2"), Drop("B", "b", "C1", "C2")], (), {}))
     assert peak(both) == 465 and least_family_cost(graph, 465) == 4.0

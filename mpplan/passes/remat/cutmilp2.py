@@ -139,11 +139,11 @@ class DoubleProgram(CutProgram):
         if i >= 0 and p <= model.last[j]:
             done = {col: 1.0 for col, d in self._double_cols(i) if self._done(i, d, p, q, True)}
             second = [(done, 0.0)] if done else None
-        if p > model.last[j]:
-            to_come = {col: 1.0 for h in model.readers[j] for col, d in self._double_cols(h)
-                       if not self._done(h, d, p, q, False)}
-            if to_come:
-                original = [*(original if isinstance(original, list) else ()), (to_come, 0.0)]
+        if p > model.last[j]:  # one bound per reader: two readers' second recomputes share one copy
+            to_come = [{col: 1.0 for col, d in self._double_cols(h) if not self._done(h, d, p, q, False)}
+                       for h in model.readers[j]]
+            if any(to_come):
+                original = [*(original if isinstance(original, list) else ()), *((c, 0.0) for c in to_come if c)]
         return [original, recomputed, second]
 
 
