@@ -264,3 +264,18 @@ def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
     both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "C2"), Drop("B", "b", "C1", "C2")], (), {}))
     assert peak(both) == 465 and least_family_cost(graph, 465) == 4.0
     assert milp2_cost(graph, 465) == 4.0
+
+
+def test_the_second_copy_counts_at_the_op_that_reads_it() -> None:
+    """Rule: the second copy is live at ``b2`` itself, the op its recompute runs before.
+    ``twice_read`` with ``d`` 400 bytes peaks at 610 at ``D`` (``a``, ``b``, ``q2``, ``c1``
+    and ``d``), with or without ``A`` dropped twice: nothing fits 609.  A model that counted
+    the second copy only after ``D`` calls the double drop (cost 2) a fit at 609."""
+    base = twice_read()
+    graph = Graph(base.name, tuple(dataclasses.replace(t, nbytes=400) if t.name == "d" else t for t in base.tensors),
+                  base.ops, base.outputs).validate()
+    twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
+    profile = sim.order_profile(twice, range(len(twice.ops)))
+    assert peak(graph) == peak(twice) == 610 and twice.ops[profile.index(max(profile))].name == "D"
+    assert least_family_cost(graph, 609) is None
+    assert milp2_cost(graph, 609) is None
