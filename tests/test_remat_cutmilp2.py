@@ -279,3 +279,20 @@ def test_the_second_copy_counts_at_the_op_that_reads_it() -> None:
     assert peak(graph) == peak(twice) == 610 and twice.ops[profile.index(max(profile))].name == "D"
     assert least_family_cost(graph, 609) is None
     assert milp2_cost(graph, 609) is None
+
+
+def test_the_first_copy_counts_at_its_last_reader() -> None:
+    """Rule: the first copy dies after ``a2``, not at it.  ``twice_read`` with ``q1`` 50,
+    ``c1`` 400 and ``big2`` 10 bytes peaks at 659 at ``C1`` (``a``, ``b``, ``c0``, ``q1`` and
+    ``c1``), with or without ``A`` dropped twice at ``C1`` and ``D`` (where ``C1`` is ``a2``
+    too); at 658 only ``B`` recomputed (5) fits.  A model that let the first copy die at
+    ``a2`` calls the double drop (cost 2) a fit at 658."""
+    base = twice_read()
+    sizes = {"q1": 50, "c1": 400, "big2": 10}
+    graph = Graph(base.name, tuple(dataclasses.replace(t, nbytes=sizes.get(t.name, t.nbytes)) for t in base.tensors),
+                  base.ops, base.outputs).validate()
+    twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
+    profile = sim.order_profile(twice, range(len(twice.ops)))
+    assert peak(graph) == peak(twice) == 659 and twice.ops[profile.index(max(profile))].name == "C1"
+    assert least_family_cost(graph, 658) == 5.0
+    assert milp2_cost(graph, 658) == 5.0
