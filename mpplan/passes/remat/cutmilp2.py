@@ -18,7 +18,8 @@ original's early death are ``cutmilp``'s), and
 * the second copy is live at a step when an option whose ``R2`` has run by then is chosen
   (a sum of ``y`` columns);
 * an input storage of ``i`` whose last use has passed stays live while an option whose
-  ``R2`` is still to come is chosen;
+  ``R2`` is still to come is chosen (its span, ``CutProgram._end``, reaches ``b2``: the
+  first late use of ``i``'s one-drop option cut there, so one of ``i``'s anchors);
 * a step ``(b2, R2 of (i, b1))`` has its memory row, relaxed unless that option is chosen.
 
 *Scope.*  A double drop whose recomputes would read or feed other recomputes (``R2`` reading
@@ -108,10 +109,6 @@ class DoubleProgram(CutProgram):
 
     def _double_cols(self, i: int) -> list[tuple[int, Double]]:
         return list(zip(self.y_cols[i][self.singles[i]:], self.doubles[i]))
-
-    def _end(self, j: int) -> int:
-        later = [d.b2 for h in self.model.readers[j] for d in self.doubles[h]]
-        return max([super()._end(j), *later])
 
     def _steps(self) -> list[tuple[int, int | None, Expr]]:
         steps = super()._steps()
