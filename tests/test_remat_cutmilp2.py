@@ -266,14 +266,18 @@ def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
     assert milp2_cost(graph, 465) == 4.0
 
 
+def resized(graph: Graph, sizes: dict[str, int]) -> Graph:
+    """``graph`` with the tensors named in ``sizes`` of those sizes."""
+    tensors = tuple(dataclasses.replace(t, nbytes=sizes.get(t.name, t.nbytes)) for t in graph.tensors)
+    return Graph(graph.name, tensors, graph.ops, graph.outputs).validate()
+
+
 def test_the_second_copy_counts_at_the_op_that_reads_it() -> None:
     """Rule: the second copy is live at ``b2`` itself, the op its recompute runs before.
     ``twice_read`` with ``d`` 400 bytes peaks at 610 at ``D`` (``a``, ``b``, ``q2``, ``c1``
     and ``d``), with or without ``A`` dropped twice: nothing fits 609.  A model that counted
     the second copy only after ``D`` calls the double drop (cost 2) a fit at 609."""
-    base = twice_read()
-    graph = Graph(base.name, tuple(dataclasses.replace(t, nbytes=400) if t.name == "d" else t for t in base.tensors),
-                  base.ops, base.outputs).validate()
+    graph = resized(twice_read(), {"d": 400})
     twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
     profile = sim.order_profile(twice, range(len(twice.ops)))
     assert peak(graph) == peak(twice) == 610 and twice.ops[profile.index(max(profile))].name == "D"
@@ -287,10 +291,7 @@ def test_the_first_copy_counts_at_its_last_reader() -> None:
     ``c1``), with or without ``A`` dropped twice at ``C1`` and ``D`` (where ``C1`` is ``a2``
     too); at 658 only ``B`` recomputed (5) fits.  A model that let the first copy die at
     ``a2`` calls the double drop (cost 2) a fit at 658."""
-    base = twice_read()
-    sizes = {"q1": 50, "c1": 400, "big2": 10}
-    graph = Graph(base.name, tuple(dataclasses.replace(t, nbytes=sizes.get(t.name, t.nbytes)) for t in base.tensors),
-                  base.ops, base.outputs).validate()
+    graph = resized(twice_read(), {"q1": 50, "c1": 400, "big2": 10})
     twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
     profile = sim.order_profile(twice, range(len(twice.ops)))
     assert peak(graph) == peak(twice) == 659 and twice.ops[profile.index(max(profile))].name == "C1"
