@@ -297,3 +297,36 @@ def test_the_first_copy_counts_at_its_last_reader() -> None:
     assert peak(graph) == peak(twice) == 659 and twice.ops[profile.index(max(profile))].name == "C1"
     assert least_family_cost(graph, 658) == 5.0
     assert milp2_cost(graph, 658) == 5.0
+
+
+def shared_producer() -> Graph:
+    """``w0`` (190 bytes, ``W0``: cost 2) read by ``A0``, ``A1`` and ``C2``; ``a1`` (222, ``A1``:
+    cost 1) read across four stretches (found by a random search with the producer rule broken)."""
+    act = Tensor
+    sizes = {"w0": 190, "a0": 41, "a1": 222, "big0": 128, "q0": 38, "c0": 16, "big1": 268, "q1": 67, "c1": 11,
+             "big2": 208, "q2": 11, "c2": 29, "big3": 100, "q3": 69, "c3": 17}
+    tensors = (Tensor("x", 8, Kind.INPUT), *(act(name, size) for name, size in sizes.items()),
+               Tensor("out", 24, Kind.OUTPUT))
+    ops = (Op("W0", "f", ("x",), ("w0",), 2.0), Op("A0", "f", ("w0",), ("a0",), 2.0),
+           Op("A1", "f", ("w0",), ("a1",), 1.0),
+           Op("P0", "dropout", ("x",), ("big0",), 1.0), Op("Q0", "dropout", ("big0",), ("q0",), 1.0),
+           Op("C0", "dropout", ("a0", "a1", "q0"), ("c0",), 1.0),
+           Op("P1", "dropout", ("x",), ("big1",), 1.0), Op("Q1", "dropout", ("big1",), ("q1",), 1.0),
+           Op("C1", "dropout", ("a0", "a1", "q1", "c0"), ("c1",), 1.0),
+           Op("P2", "dropout", ("x",), ("big2",), 1.0), Op("Q2", "dropout", ("big2",), ("q2",), 1.0),
+           Op("C2", "dropout", ("a0", "a1", "w0", "q2", "c1"), ("c2",), 1.0),
+           Op("P3", "dropout", ("x",), ("big3",), 1.0), Op("Q3", "dropout", ("big3",), ("q3",), 1.0),
+           Op("C3", "dropout", ("a1", "q3", "c2"), ("c3",), 1.0),
+           Op("OUT", "dropout", ("a0", "a1", "c3"), ("out",), 1.0))
+    return Graph("shared_producer", tensors, ops, ("out",)).validate()
+
+
+def test_a_double_drop_leaves_the_producers_of_its_inputs_alone() -> None:
+    """Rule: a double option excludes recomputing the candidates that make its inputs.  At 580
+    bytes nothing in the family fits; ``A1`` dropped twice (at ``C1`` and ``C2``) with ``W0``
+    recomputed (cut at ``C2``, cost 4) fits, but its second recompute reads a recomputed input,
+    a chain outside the model.  Without the producer rows the MILP returns that pair."""
+    graph = shared_producer()
+    pair = apply_recompute(graph, *joint_names([Drop("A1", "a1", "C1", "C2")], ("W0",), {"w0": "C2"}))
+    assert peak(pair) <= 580 and least_family_cost(graph, 580) is None
+    assert milp2_cost(graph, 580) is None
