@@ -328,5 +328,38 @@ def test_a_double_drop_leaves_the_producers_of_its_inputs_alone() -> None:
     a chain outside the model.  Without the producer rows the MILP returns that pair."""
     graph = shared_producer()
     pair = apply_recompute(graph, *joint_names([Drop("A1", "a1", "C1", "C2")], ("W0",), {"w0": "C2"}))
-    assert peak(pair) <= 580 and least_family_cost(graph, 580) is None
     assert milp2_cost(graph, 580) is None
+    assert peak(pair) <= 580 and least_family_cost(graph, 580) is None
+
+
+def consumed_twice() -> Graph:
+    """``w0`` (156 bytes, ``W0``) read by ``W1``, ``A1`` and ``C2``, its consumers ``W1`` and ``A1``
+    candidates too (found by a random search with the consumer rule broken)."""
+    act = Tensor
+    sizes = {"w0": 156, "w1": 158, "a0": 109, "a1": 86, "big0": 101, "q0": 22, "c0": 14, "big1": 256, "q1": 90,
+             "c1": 26, "big2": 254, "q2": 43, "c2": 3, "big3": 101, "q3": 8, "c3": 18}
+    tensors = (Tensor("x", 8, Kind.INPUT), *(act(name, size) for name, size in sizes.items()),
+               Tensor("out", 18, Kind.OUTPUT))
+    ops = (Op("W0", "f", ("x",), ("w0",), 3.0), Op("W1", "f", ("x", "w0"), ("w1",), 2.0),
+           Op("A0", "f", ("w1",), ("a0",), 1.0), Op("A1", "f", ("w0", "a0"), ("a1",), 3.0),
+           Op("P0", "dropout", ("x",), ("big0",), 1.0), Op("Q0", "dropout", ("big0",), ("q0",), 1.0),
+           Op("C0", "dropout", ("a1", "a0", "w1", "q0"), ("c0",), 1.0),
+           Op("P1", "dropout", ("x",), ("big1",), 1.0), Op("Q1", "dropout", ("big1",), ("q1",), 1.0),
+           Op("C1", "dropout", ("a0", "q1", "c0"), ("c1",), 1.0),
+           Op("P2", "dropout", ("x",), ("big2",), 1.0), Op("Q2", "dropout", ("big2",), ("q2",), 1.0),
+           Op("C2", "dropout", ("a0", "w0", "q2", "c1"), ("c2",), 1.0),
+           Op("P3", "dropout", ("x",), ("big3",), 1.0), Op("Q3", "dropout", ("big3",), ("q3",), 1.0),
+           Op("C3", "dropout", ("a1", "q3", "c2"), ("c3",), 1.0), Op("OUT", "dropout", ("a1", "c3"), ("out",), 1.0))
+    return Graph("consumed_twice", tensors, ops, ("out",)).validate()
+
+
+def test_a_double_drop_leaves_its_candidate_consumers_alone() -> None:
+    """Rule: a double option excludes recomputing its candidate consumers.  At 516 bytes
+    nothing in the family fits; ``W0`` dropped twice (at ``A1`` and ``C2``) with its consumers
+    ``W1`` and ``A1`` recomputed peaks at 539 (the recomputes read copies the model does not
+    track).  Without the consumer rows the MILP calls that choice a fit at 516."""
+    graph = consumed_twice()
+    chain = apply_recompute(graph, *joint_names([Drop("W0", "w0", "A1", "C2")], ("W1", "A1"),
+                                                {"w1": "C0", "a1": "C3"}))
+    assert milp2_cost(graph, 516) is None
+    assert peak(chain) == 539 and least_family_cost(graph, 516) is None
