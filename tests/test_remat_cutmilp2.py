@@ -363,3 +363,33 @@ def test_a_double_drop_leaves_its_candidate_consumers_alone() -> None:
                                                 {"w1": "C0", "a1": "C3"}))
     assert milp2_cost(graph, 516) is None
     assert peak(chain) == 539 and least_family_cost(graph, 516) is None
+
+
+def after_the_first_round() -> Graph:
+    """``a0`` (165 bytes) and ``a1`` (181) read by ``C0``, ``C1`` and ``OUT`` around two stretches,
+    ``W0`` writing two outputs (found by a random search with the rule below broken)."""
+    act = Tensor
+    sizes = {"w0": 154, "v0": 78, "a0": 165, "a1": 181, "big0": 83, "q0": 7, "c0": 9, "big1": 313, "q1": 12, "c1": 13}
+    tensors = (Tensor("x", 8, Kind.INPUT), *(act(name, size) for name, size in sizes.items()),
+               Tensor("out", 12, Kind.OUTPUT))
+    ops = (Op("W0", "f", ("x",), ("w0", "v0"), 3.0), Op("A0", "f", ("w0",), ("a0",), 1.0),
+           Op("A1", "f", ("v0", "x"), ("a1",), 2.0),
+           Op("P0", "dropout", ("x",), ("big0",), 1.0), Op("Q0", "dropout", ("big0",), ("q0",), 1.0),
+           Op("C0", "f", ("a0", "a1", "q0"), ("c0",), 1.0),
+           Op("P1", "dropout", ("x",), ("big1",), 1.0), Op("Q1", "dropout", ("big1",), ("q1",), 1.0),
+           Op("C1", "dropout", ("a0", "a1", "w0", "q1", "c0"), ("c1",), 1.0),
+           Op("OUT", "dropout", ("a0", "a1", "c1"), ("out",), 1.0))
+    return Graph("after_the_first_round", tensors, ops, ("out",)).validate()
+
+
+def test_a_second_recompute_runs_after_the_first_round_recomputes_before_its_op() -> None:
+    """Rule: ``R2`` runs after every first-round recompute placed before ``b2``.  ``A0`` dropped
+    twice (at ``C0`` and ``C1``) with ``A1`` recomputed at ``C1`` (cost 4) fits 602: at
+    ``A1@recompute`` the second ``a0`` is not made yet.  A model that ran ``R2`` first counts
+    it there and finds nothing at 602."""
+    graph = after_the_first_round()
+    names, cuts = joint_names([Drop("A0", "a0", "C0", "C1")], ("A1",), {"a1": "C1"})
+    rewritten = apply_recompute(graph, names, cuts)
+    assert [op.name for op in rewritten.ops[9:12]] == ["A1@recompute", "A0@recompute@recompute", "C1"]
+    assert peak(rewritten) == 602 and least_family_cost(graph, 602) == 4.0
+    assert milp2_cost(graph, 602) == 4.0
