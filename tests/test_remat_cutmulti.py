@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -106,14 +107,18 @@ def test_drops_of_pairs_the_gaps_of_single_output_ops() -> None:
         Drop("A", "a", "C0", "C1"), Drop("A", "a", "C0", "D"), Drop("A", "a", "C1", "D")]
 
 
-def least_multi_cost(graph: Graph, budget: int) -> float | None:
+def least_multi_cost(graph: Graph, budget: int,
+                     keep: Callable[[tuple[object, ...]], bool] = lambda combo: True) -> float | None:
     """Brute force: the least added cost of any set of recomputes, each output cut at any of
-    its gaps or (single-output ops) dropped at any two of them, whose rewrite fits ``budget``."""
+    its gaps or (single-output ops) dropped at any two of them, whose rewrite fits ``budget``;
+    only combinations (per candidate: ``None``, a cut dict or a ``Drop``) that ``keep`` keeps."""
     names = build_model(graph).candidate_names()
     uses = storage_users(graph)
     options: list[list[object]] = [[None, *cut_options(graph, name), *drops_of(graph, uses, [name])] for name in names]
     best = None
     for combo in itertools.product(*options):
+        if not keep(combo):
+            continue
         drops = [c for c in combo if isinstance(c, Drop)]
         ops = [name for name, c in zip(names, combo) if isinstance(c, dict)]
         cuts = {t: o for c in combo if isinstance(c, dict) for t, o in c.items()}

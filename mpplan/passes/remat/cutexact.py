@@ -10,7 +10,7 @@ from mpplan.passes.remat.cutmilp import CutProgram, cut_options
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import NEVER, RematModel
 
-__all__ = ["CutChoice", "choice_names", "option_of", "solve_cuts", "warm_point"]
+__all__ = ["CutChoice", "choice_names", "option_of", "solve_cuts", "solve_program", "warm_point"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +69,25 @@ def solve_cuts(model: RematModel, dyn_budget: int, time_limit_s: float,
     the graph is outside the model, the MILP too large, no choice fits, or none was found
     in ``time_limit_s``."""
     options = cut_options(model)
-    backend = available_backend()
-    if options is None or backend is None:
+    if options is None or available_backend() is None:
         return None
     program = CutProgram(model, options, dyn_budget)
-    if program.too_large:
+    return None if program.too_large else solve_program(program, time_limit_s, warm)
+
+
+def solve_program(program: CutProgram, time_limit_s: float, warm: dict[int, int] | None = None) -> CutChoice | None:
+    """``program``'s least-cost answer (candidate -> option index of ``program.options``) with
+    HiGHS, started from ``warm`` if given; ``None`` when no backend, no choice fits, or none
+    was found in ``time_limit_s``."""
+    backend = available_backend()
+    if backend is None:
         return None
     start = None if warm is None else warm_point(program, warm)
     status, x, _, bound = solve_arrays(program, backend, time_limit_s, start)
     if x is None or status not in ("optimal", "time_limit"):
         return None
     chosen = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
-    scale = max(model.cand_cost, default=1.0) or 1.0
+    scale = max(program.model.cand_cost, default=1.0) or 1.0
     return CutChoice(chosen, status, None if bound is None else bound * scale)
 
 

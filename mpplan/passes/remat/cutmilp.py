@@ -104,10 +104,12 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
 
 class CutProgram(SparseMilp):
     """The MILP's columns and rows (CSR), built once for one budget; mutable only while
-    ``__init__`` builds it.  ``too_large`` when it would outgrow ``MAX_NONZEROS``."""
+    ``__init__`` builds it.  ``too_large`` when it would outgrow ``max_nonzeros``."""
 
-    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int) -> None:
+    def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int,
+                 max_nonzeros: int = MAX_NONZEROS) -> None:
         super().__init__()
+        self.max_nonzeros = max_nonzeros
         self.model, self.options = model, options
         self.unit = max(1.0, max(model.size, default=1) / 4096.0)
         self.limit = (dyn_budget + 0.5) / self.unit
@@ -165,26 +167,39 @@ class CutProgram(SparseMilp):
         key's own recompute at ``p`` (so ``Z_{h,p}`` counts it as done)."""
         return add_scaled(self.r[h], self.z(h, p if before else p - 1), scale=-1.0)
 
+    def _end(self, j: int) -> int:
+        """The last op position at which storage ``j`` (any version) can be live.  A recompute
+        re-makes every output of its op, one nobody reads late too: that one lives for the
+        recompute's own step, so the span covers its producer's keys."""
+        model = self.model
+        makers = (*model.readers[j], *((model.producer[j],) if model.producer[j] >= 0 else ()))
+        ends: list[int] = [model.last[j], *(self.anchors[h][-1] for h in makers if self.anchors[h])]
+        return max(ends)
+
+    def _steps(self) -> list[tuple[int, int | None, Expr]]:
+        """Every step of the rewritten order as ``(p, q, runs)``: op ``p`` (``q`` None) or the
+        recompute of ``q`` before it, which runs when the expression ``runs`` is 1."""
+        steps: list[tuple[int, int | None, Expr]] = [(p, None, {}) for p in range(self.model.num_ops)]
+        steps += [(a, q, add_scaled(self.z(q, a), self.z(q, a - 1), scale=-1.0))
+                  for q, anchors in enumerate(self.anchors) for a in anchors]
+        return steps
+
+    def _versions(self, j: int, p: int, q: int | None) -> list[float | list[tuple[Expr, float]] | None]:
+        """Storage ``j``'s copies at step ``(p, q)``: each 1.0, a list of lower bounds whose
+        "or" says it is live, or ``None`` (never live there)."""
+        return [self._original(j, p, q), self._recomputed(j, p, q)]
+
     def _memory_rows(self) -> None:
         model = self.model
-        n = model.num_ops
-        keys: list[tuple[int, int | None]] = [(p, None) for p in range(n)]
-        keys += [(a, q) for q, anchors in enumerate(self.anchors) for a in anchors]
-        spans = []
-        for j in range(len(model.size)):
-            # A recompute re-makes every output of its op, one nobody reads late too: that
-            # one lives for the recompute's own step, so the span covers its producer's keys.
-            makers = (*model.readers[j], *((model.producer[j],) if model.producer[j] >= 0 else ()))
-            end = max([model.last[j], *(self.anchors[h][-1] for h in makers if self.anchors[h])])
-            spans.append((model.start[j], end))
-        for p, q in keys:
+        spans = [(model.start[j], self._end(j)) for j in range(len(model.size))]
+        for p, q, runs in self._steps():
             terms: Expr = {}
             const = upper = 0.0
             for j, (first, end) in enumerate(spans):
                 if not model.size[j] or not first <= p <= end or (q is not None and first == p):
                     continue
                 size = model.size[j] / self.unit
-                for version in (self._original(j, p, q), self._recomputed(j, p, q)):
+                for version in self._versions(j, p, q):
                     if version is None:
                         continue
                     upper += size
@@ -200,11 +215,11 @@ class CutProgram(SparseMilp):
             if upper <= self.limit:
                 continue
             big = 0.0
-            if q is not None:  # binds only where q runs before p: + big * (Z_{q,p} - Z_{q,p-1}) <= big
+            if q is not None:  # binds only where the step runs: + big * runs <= big
                 big = upper - self.limit
-                terms = add_scaled(terms, add_scaled(self.z(q, p), self.z(q, p - 1), scale=-1.0), scale=big)
+                terms = add_scaled(terms, runs, scale=big)
             self.row(terms, -INF, self.limit + big - const)
-            if len(self.values_nz) > MAX_NONZEROS:
+            if len(self.values_nz) > self.max_nonzeros:
                 self.too_large = True
                 return
 

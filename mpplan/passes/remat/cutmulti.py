@@ -19,7 +19,7 @@ kept when the cut search from its drop finds nothing cheaper (or the screening u
 time).  An answer is kept only when ``apply_recompute`` of its names on the original graph
 fits the budget by ``sim`` and costs less; then the moves start again from it, until
 ``deadline``.  On RL250 at 0.8 this finds 5.64% from the one-recompute search's 5.95%
-(docs/benchmarks.md).  The exact cut MILP has no double-drop options yet.
+(docs/benchmarks.md).  ``cutmilp2`` is the exact cut MILP with double-drop options (no solver runs it yet).
 """
 
 from __future__ import annotations

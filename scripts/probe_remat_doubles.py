@@ -1,0 +1,128 @@
+"""Issue 16's question: what can double drops reach on RL250 at 0.8 (fixed given order)?
+
+Builds the cell as ``scripts/bench_remat_moccasin.py`` does (budget 0.8 of ``static + LOAD``),
+takes ``remat``'s ``solver: auto`` answer and the double-drop search's (``cutmulti``) from it,
+and solves the cut MILP with double-drop options (``mpplan.passes.remat.cutmilp2``) warm-started
+from the cheaper one (when it lies in that MILP's family).  Prints each answer's overhead, the
+MILP's best and its proved bound (for one-drop answers and double drops whose candidate
+neighbours are not recomputed: ``cutmilp2``'s scope), and checks the MILP's answer: rebuilt on
+the original graph by ``apply_recompute``, its ``sim`` peak within the budget and its plan
+passing ``mpplan.verify``.
+
+Rerun: ``python scripts/probe_remat_doubles.py [--size 250] [--fraction 0.8] [--time-limit 60]
+[--multi 60] [--seconds 400] [--max-nonzeros 8000000]``  (from a checkout other than the installed
+one: ``PYTHONPATH=. python scripts/...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import time
+
+from benchlib import SHARED_DATA
+
+from mpplan import sim
+from mpplan.capture.graph_file import load_graph
+from mpplan.config import Device
+from mpplan.graph import Graph
+from mpplan.passes.remat import apply_recompute, build_model, remat
+from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.cutexact import option_of, solve_program
+from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
+from mpplan.passes.remat.cutmulti import search_multi
+from mpplan.passes.remat.model import SUFFIX, RematModel
+from mpplan.passes.remat.rewriting import repeated_op
+from mpplan.plan import RematRecord
+from mpplan.planner import PlannerSettings, plan
+from mpplan.verify import verify
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="250", help="random_layered_n<size>")
+    parser.add_argument("--fraction", type=float, default=0.8, help="budget as a fraction of static + LOAD")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="remat's seconds (solver: auto)")
+    parser.add_argument("--multi", type=float, default=60.0, help="seconds of the double-drop search")
+    parser.add_argument("--seconds", type=float, default=400.0, help="the MILP's seconds")
+    parser.add_argument("--max-nonzeros", type=int, default=8_000_000, help="the MILP's size cap")
+    args = parser.parse_args()
+    (path,) = SHARED_DATA.glob(f"random_layered_n{args.size}_*.json")
+    graph = load_graph(path)
+    total = sum(op.cost for op in graph.ops)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} load {os.getloadavg()}", flush=True)
+    clock = time.perf_counter()
+    r = remat(graph, "budget", budget=args.fraction, solver="auto", time_limit_s=args.time_limit)
+    assert r.budget_bytes is not None
+    limit = r.budget_bytes
+    names, from_ops = tuple(repeated_op(op) for op in r.recompute_ops), dict(r.from_ops)
+    print(f"auto: {100 * r.compute_overhead:.2f}% ({r.solver}, {time.perf_counter() - clock:.1f}s)", flush=True)
+    clock = time.perf_counter()
+    found = search_multi(graph, names, from_ops, limit, clock + args.multi)
+    if found is not None:
+        names, from_ops = found.names, found.from_ops
+        print(f"double-drop search: {100 * found.cost / total:.2f}% ({time.perf_counter() - clock:.1f}s)", flush=True)
+    model = build_model(graph)
+    clock = time.perf_counter()
+    program = double_program(model, limit - model.static_bytes, args.max_nonzeros)
+    assert program is not None, "RL graph outside the cut model or the MILP too large"
+    warm = warm_choice(model, program, names, from_ops)
+    print(f"MILP: {len(program.cost)} columns, {len(program.row_lo)} rows, {len(program.values_nz)} nonzeros, "
+          f"{sum(map(len, program.doubles))} double options, built in {time.perf_counter() - clock:.1f}s; "
+          f"warm start {'taken' if warm is not None else 'outside the family'}", flush=True)
+    clock = time.perf_counter()
+    choice = solve_program(program, args.seconds, warm)
+    seconds = time.perf_counter() - clock
+    if choice is None:
+        print(f"MILP: no answer in {seconds:.1f}s", flush=True)
+        return
+    cost = check(graph, model, program, choice.chosen, limit)
+    bound = "-" if choice.bound is None or not math.isfinite(choice.bound) else f"{100 * choice.bound / total:.2f}%"
+    twice = sum(k >= program.singles[i] for i, k in choice.chosen.items())
+    print(f"MILP: {100 * cost / total:.2f}% ({twice} tensors dropped twice) {choice.status}, proved >= {bound} "
+          f"for its family, {seconds:.1f}s; verified: sim peak <= budget, plan passes mpplan.verify", flush=True)
+    print(f"end load {os.getloadavg()}", flush=True)
+
+
+def warm_choice(model: RematModel, program: DoubleProgram, names: tuple[str, ...],
+                from_ops: dict[str, str]) -> dict[int, int] | None:
+    """``names`` cut at ``from_ops`` (``cutmulti.joint_names``' form) as ``program``'s choice
+    (candidate -> option), or ``None`` when it lies outside the program's family."""
+    topo = model.graph.topology
+    index = {model.graph.ops[k].name: i for i, k in enumerate(model.cand_op)}
+    dropped = {n.removesuffix(SUFFIX) for n in names if n.endswith(SUFFIX)}
+    chosen: dict[int, int] = {}
+    for op in dropped:
+        i, t = index[op], model.graph.ops[topo.op_index[op]].outputs[0]
+        b1, b2 = topo.op_index[from_ops[t]], topo.op_index[from_ops[t + SUFFIX]]
+        match = [k for k, d in enumerate(program.doubles[i]) if (d.b1, d.b2) == (b1, b2)]
+        if not match:
+            return None
+        chosen[i] = program.singles[i] + match[0]
+    rest = option_of(model, [n for n in names if n.removesuffix(SUFFIX) not in dropped],
+                     {t: o for t, o in from_ops.items() if SUFFIX not in t})
+    if rest is None:
+        return None
+    chosen.update(rest)
+    if any(c in chosen for i in chosen if chosen[i] >= program.singles[i] for c in neighbours(model, i)):
+        return None
+    return chosen
+
+
+def check(graph: Graph, model: RematModel, program: DoubleProgram, chosen: dict[int, int], limit: int) -> float:
+    """The added cost of ``chosen`` rebuilt on ``graph``, after asserting that its ``sim``
+    peak fits ``limit`` and that its plan passes the verifier."""
+    names, from_ops = double_names(model, program, chosen)
+    rewritten = apply_recompute(graph, names, from_ops)
+    assert sim.given_peak(rewritten) <= limit
+    result = result_of(graph, names, "budget", sim.given_peak(graph), 0.0, from_ops=from_ops)
+    inner = plan(result.graph, [Device("cuda:0", 1 << 40)], PlannerSettings(schedule="as_given", alignment=1))
+    verify(graph, dataclasses.replace(inner, graph_hash=graph.content_hash, graph_name=graph.name,
+                                      remat=tuple(RematRecord.from_mapping(x) for x in result.plan_records())))
+    return sum(op.cost for op in rewritten.ops if op.recompute_of is not None)
+
+
+if __name__ == "__main__":
+    main()
