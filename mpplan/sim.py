@@ -8,12 +8,13 @@ from below.  Schedulers score candidate orders with ``order_load``.
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from mpplan.graph import Graph
 from mpplan.liveness import LiveRange, spans
+
+if TYPE_CHECKING:  # numpy is imported where a fast path runs: the CLI starts without it
+    import numpy as np
 
 
 def live_profile(ranges: Iterable[LiveRange], num_steps: int) -> list[int]:
@@ -37,9 +38,12 @@ def live_profile_array(nbytes: np.ndarray, first: np.ndarray, last: np.ndarray, 
     assigner's ``sweep_load``), where a loop per range would cost a Python step each.  The
     caller checks every running sum fits int64 (``units.MAX_BYTES``).
 
+    >>> import numpy as np
     >>> live_profile_array(np.array([10, 20]), np.array([0, 1]), np.array([1, 2]), 4).tolist()
     [10, 30, 20, 0]
     """
+    import numpy as np
+
     change = np.zeros(num_steps + 1, dtype=np.int64)
     np.add.at(change, first, nbytes)
     np.add.at(change, last + 1, -nbytes)
