@@ -25,7 +25,7 @@ from mpplan.passes.remat import apply_recompute, build_model
 from mpplan.passes.remat.api import result_of
 from mpplan.passes.remat.cutexact import option_of, solve_program
 from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours
-from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, storage_users
 from mpplan.verify import verify
 
 #: Brute-force combinations past which a drawn graph is not checked (seconds each).
@@ -57,7 +57,8 @@ def milp2_cost(graph: Graph, budget: int) -> float | None:
 def family(graph: Graph) -> list[list[object]]:
     """Per candidate: not recomputed (``None``), each one-drop cut (a dict), each double drop."""
     names = build_model(graph).candidate_names()
-    return [[None, *cut_options(graph, name), *drops_of(graph, [name])] for name in names]
+    uses = storage_users(graph)
+    return [[None, *cut_options(graph, name), *drops_of(graph, uses, [name])] for name in names]
 
 
 def least_family_cost(graph: Graph, budget: int) -> float | None:
