@@ -115,7 +115,7 @@ def test_sweep_matches_a_plain_replay(case: tuple[Graph, tuple[str, ...], list[i
     graph, order, devices, root = case
     names, index = numbering(graph)
     root_of = [index[root[n]] for n in names]
-    op_index, inputs, outputs = op_numbers(graph, index)
+    op_index, inputs, outputs = op_numbers(graph, names, index)
     fast = sweep(names, index, inputs, outputs, [op_index[n] for n in order], root_of, devices, DEVICES)
     expected = _reference(graph, order, devices, root)
     event("fault" if expected is None else "ok")

@@ -1,9 +1,10 @@
 """The independent verifier: re-derive everything a plan claims from the graph alone.
 
-It deliberately shares no code with the planner (no ``Topology``, no pass, no
-simulator): dependencies, in-place versions, aliases, copies, recomputes,
-lifetimes, overlaps and peaks are recomputed here from tensor and op names, so a
-bug in a pass cannot hide itself.  It imports only the IR, the plan record and the
+It deliberately shares no code with the planner (no pass, no simulator):
+dependencies, in-place versions, aliases, copies, recomputes, lifetimes, overlaps
+and peaks are recomputed here from tensor and op names, so a bug in a pass cannot
+hide itself.  The graph's ``Topology`` (the planner's view) is read only as a cache
+of numbers, each proven equal to what the names give before it is used.  It imports only the IR, the plan record and the
 config loader.  The first violation raises ``VerificationError`` with a message
 naming the op, tensor, device or plan field.
 

@@ -53,13 +53,19 @@ class Replay:
 def numbering(graph: Graph) -> tuple[list[str], dict[str, int]]:
     """The graph's tensor names by number, and the inverse; the plan's copies are numbered after them.
 
-    A validated graph has numbered its tensors once already (``graph.topology``, built by the
-    graph itself, not by any planner): that index is copied, which is many times faster than
-    hashing 200k names anew.  Otherwise (a graph rewritten with recomputes, not yet validated)
-    the same numbers are built here.
+    A validated graph has numbered its tensors once already (``graph.topology``, the planner's
+    view of the graph): its index is copied only once proven to be exactly these numbers (its keys
+    are the names in order, its values ``0..n-1``: two passes in C, about a quarter of building
+    it), so a fault in the topology cannot pass into the verifier.  Otherwise the numbers are
+    built here.
     """
     names = list(map(attrgetter("name"), graph.tensors))
     topology = vars(graph).get("topology")  # only when already built: building it here would validate
-    if topology is not None:
+    if topology is not None and is_numbering(topology.tensor_index, names):
         return names, dict(topology.tensor_index)
     return names, {name: i for i, name in enumerate(names)}
+
+
+def is_numbering(index: dict[str, int], names: list[str]) -> bool:
+    """Whether ``index`` is exactly ``{names[i]: i}`` (which also says the names are distinct)."""
+    return list(index) == names and list(index.values()) == list(range(len(names)))

@@ -12,15 +12,15 @@ constant work per tensor reference, so verification grows linearly with the plan
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from operator import attrgetter
-from typing import Any
 
 from mpplan.errors import VerificationError
 from mpplan.graph import Graph
 from mpplan.plan import Copy, Plan
 from mpplan.verify import sweep as columns
-from mpplan.verify.record import Numbering, Replay
+from mpplan.verify.record import Numbering, Replay, is_numbering
 
 _NAME = attrgetter("name")
 
@@ -40,7 +40,7 @@ def replay(
     than hashing names per reference; names come back only for messages.
     """
     names, index, root_of = numbers.names, numbers.index, numbers.root_of
-    op_index, inputs, outputs = op_numbers(graph, index)
+    op_index, inputs, outputs = op_numbers(graph, names, index)
     if not copies and not dependencies and len(op_index) == len(inputs):  # numpy's columns answer for most
         known = [d.name for d in plan.devices]  # plans; the loop below words faults (and takes op names given twice)
         position = {d: i for i, d in enumerate(known)}
@@ -174,20 +174,22 @@ def replay(
     return Replay(names, index, order, first, last, home, empty.used, empty.preds)
 
 
-def op_numbers(graph: Graph, index: dict[str, int]) -> tuple[
+def op_numbers(graph: Graph, names: list[str], index: dict[str, int]) -> tuple[
         Mapping[str, int], Sequence[tuple[int, ...]], Sequence[tuple[int, ...]]]:
     """Each op's number (its place in the graph's order), and by op number its inputs and outputs by tensor
-    number (``record.numbering``'s), as the op lists them (a name listed twice stays twice).
+    number (``record.numbering``'s ``names`` and ``index``), as the op lists them (a name listed twice stays twice).
 
-    A validated graph has them already (``graph.topology``, built by the graph itself, not by any
-    planner): they are used unless some op lists a tensor twice, which the topology lists once.
+    A validated graph has them already (``graph.topology``, the planner's view of the graph):
+    they are used only once proven to list, op by op, exactly the names the ops list (which fails
+    where an op lists a tensor twice and the topology once), at about half the cost of building them.
     """
     topology = vars(graph).get("topology")
     ops = graph.ops
     if (
         topology is not None
-        and _listed(ops, "inputs") == _listed(topology.op_inputs)
-        and _listed(ops, "outputs") == _listed(topology.op_outputs)
+        and is_numbering(topology.op_index, list(map(attrgetter("name"), ops)))
+        and _lists_the_same(topology.op_inputs, map(attrgetter("inputs"), ops), names)
+        and _lists_the_same(topology.op_outputs, map(attrgetter("outputs"), ops), names)
     ):
         return topology.op_index, topology.op_inputs, topology.op_outputs
     number = index.__getitem__
@@ -195,9 +197,15 @@ def op_numbers(graph: Graph, index: dict[str, int]) -> tuple[
             [tuple(map(number, o.outputs)) for o in ops])
 
 
-def _listed(rows: Any, field: str | None = None) -> int:
-    """How many names ``rows`` (ops, by ``field``, or tuples of numbers) list in all."""
-    return sum(map(len, map(attrgetter(field), rows) if field else rows))
+def _lists_the_same(numbered: Sequence[tuple[int, ...]], listed: Iterable[tuple[str, ...]], names: list[str]) -> bool:
+    """Whether ``numbered`` (tensor numbers, per op) names, op by op, exactly what ``listed`` does."""
+    listed = list(listed)
+    if list(map(len, numbered)) != list(map(len, listed)):
+        return False
+    try:
+        return list(map(names.__getitem__, chain.from_iterable(numbered))) == list(chain.from_iterable(listed))
+    except IndexError:  # a number past the tensors and copies
+        return False
 
 
 def _expected_versions(
