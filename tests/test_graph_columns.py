@@ -46,6 +46,14 @@ def test_the_documented_example_loads(tmp_path):
     assert columns_of_rows(graph_to_dict(TINY)) == TINY_COLUMNS
 
 
+def test_the_example_of_the_concepts_page_loads():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text()
+    example = text.split("```json\n", 1)[1].split("```", 1)[0]
+    g = graph_from_dict(json.loads(example))
+    assert [(t.name, t.nbytes, t.kind.value) for t in g.tensors] == [("x", 64, "input"), ("h", 64, "activation")]
+    assert [(o.name, o.inputs, o.outputs) for o in g.ops] == [("relu", ("x",), ("h",))]
+
+
 def test_json_is_written_in_columns_and_yaml_in_rows(tmp_path):
     lines = save_graph(TINY, tmp_path / "tiny.json").read_text().splitlines()
     assert lines[:5] == ["{", '  "name": "tiny",', '  "layout": "columns",', '  "tensors": {',
