@@ -11,7 +11,8 @@ are what the command itself spent, which a shared, loaded machine inflates less.
 
 ``--against TREE [--pairs N]`` adds a comparison made in the same minutes: the largest size's
 command run alternately in ``TREE`` (another checkout, say a ``git worktree`` of main) and in
-this tree, ``N`` times each (default 3), medians of CPU seconds per stage.  On a shared host
+this tree, ``N`` times each (default 3), medians of CPU seconds per stage; each tree reads the graph
+file its own ``save_graph`` writes (a tree before the columnar layout reads no columns).  On a shared host
 one run's stages vary by up to 40%, so only such paired runs say what a change gained.
 """
 
@@ -98,16 +99,16 @@ def child(config: str, out: str) -> None:
     print(json.dumps({"exit": code, "wall": wall, "cpu": cpu}))
 
 
-def write_case(layers: int, folder: Path) -> tuple[Path, int, float]:
-    """The graph file of ``layers`` layers and its config in ``folder``: the config, the op count, the file's MiB."""
-    from mpplan.capture.graph_file import save_graph
-    from mpplan.capture.synthetic import synthetic_graph
+def write_case(layers: int, folder: Path, tree: Path) -> tuple[Path, int, float]:
+    """The graph file of ``layers`` layers, as ``tree``'s ``save_graph`` writes it (JSON: in columns since the
+    columnar layout), and its config in ``folder``: the config, the op count, the file's MiB."""
+    from benchlib import synthetic_graph_file
 
-    graph = synthetic_graph("transformer", layers=layers, train=True)
-    path = save_graph(graph, folder / f"transformer{layers}.json")
+    path = folder / f"transformer{layers}.json"
+    ops = synthetic_graph_file(tree, layers, path)
     config = folder / f"transformer{layers}.yaml"
     config.write_text(f"model: {{graph: {{path: {path.name}}}}}\ndevices: [{{name: gpu0, capacity: 1000GiB}}]\n")
-    return config, len(graph.ops), path.stat().st_size / 2**20
+    return config, ops, path.stat().st_size / 2**20
 
 
 def run_child(config: Path, out: Path, tree: Path) -> dict:
@@ -133,25 +134,31 @@ def measure(layers: int, folder: Path) -> dict:
     """Write the graph file and its config, run the command once; its times and its wall time from outside."""
     from benchlib import REPO, load_average, log
 
-    config, ops, mib = write_case(layers, folder)
+    config, ops, mib = write_case(layers, folder, REPO)
     result = run_child(config, folder / f"out{layers}", REPO)
     result.update(ops=ops, config=config, file_mib=mib, load=load_average())
     log(f"{ops} ops: {result['outside']:.2f} s end to end")
     return result
 
 
-def paired(config: Path, folder: Path, against: Path, pairs: int) -> str:
-    """The command of ``config`` in ``against`` and in this tree, alternately ``pairs`` times: a table of
-    the median CPU seconds of each stage, the totals of every run, and the load averages."""
+def paired(layers: int, folder: Path, against: Path, pairs: int) -> str:
+    """The command on the graph of ``layers`` layers in ``against`` and in this tree, alternately ``pairs``
+    times, each tree on the graph file its own ``save_graph`` writes: a table of the median CPU seconds of
+    each stage, the totals of every run, and the load averages."""
     from statistics import median
 
     from benchlib import REPO, load_average, log, table
 
+    trees = {"other": against, "this": REPO}
+    configs = {}
+    for side, tree in trees.items():
+        (folder / side).mkdir()
+        configs[side] = write_case(layers, folder / side, tree)[0]
     runs: dict[str, list[dict]] = {"other": [], "this": []}
     loads = []
     for _ in range(pairs):
-        for side, tree in (("other", against), ("this", REPO)):
-            runs[side].append(run_child(config, folder / f"paired-{side}", tree)["cpu"])
+        for side, tree in trees.items():
+            runs[side].append(run_child(configs[side], folder / f"paired-{side}", tree)["cpu"])
             loads.append(load_average())
     log(f"paired: {', '.join(f'{r[TOTAL]:.2f}' for r in runs['this'])} s here, "
         f"{', '.join(f'{r[TOTAL]:.2f}' for r in runs['other'])} s in {against}")
@@ -166,8 +173,9 @@ def paired(config: Path, folder: Path, against: Path, pairs: int) -> str:
     rows.append(["every run's total", ", ".join(f"{r[TOTAL]:.2f}" for r in runs["other"]),
                  ", ".join(f"{r[TOTAL]:.2f}" for r in runs["this"]), ""])
     head = ["stage (CPU s, median)", f"`{_commit_of(against)}`", "this tree", "this / other"]
-    return (f"The same command on {config.stem} in another checkout (`{_commit_of(against)}`) and in this tree, "
-            f"alternately, {pairs} runs each (load average {min(loads):.1f}-{max(loads):.1f}):\n\n"
+    return (f"The same command on transformer{layers} in another checkout (`{_commit_of(against)}`) and in this "
+            f"tree, alternately, {pairs} runs each, each tree on the graph file its own `save_graph` writes "
+            f"(load average {min(loads):.1f}-{max(loads):.1f}):\n\n"
             + table(head, rows))
 
 
@@ -186,7 +194,7 @@ def section(quick: bool, against: Path | None = None, pairs: int = 3) -> str:
 
     with tempfile.TemporaryDirectory(prefix="mpplan-bench-cli-") as tmp:
         results = [measure(layers, Path(tmp)) for layers in synthetic_sizes(quick)]
-        comparison = [paired(results[-1]["config"], Path(tmp), against, pairs)] if against else []
+        comparison = [paired(synthetic_sizes(quick)[-1], Path(tmp), against, pairs)] if against else []
     labels = [label for label in dict.fromkeys(label for r in results for label in r["wall"]) if "total" not in label]
     headers = ["stage", *(f"{r['ops']:,} ops: wall s / CPU s" for r in results)]
     rows = [[label, *(f"{r['wall'].get(label, 0.0):.2f} / {r['cpu'].get(label, 0.0):.2f}" for r in results)]
@@ -208,7 +216,8 @@ def section(quick: bool, against: Path | None = None, pairs: int = 3) -> str:
     return "\n\n".join([
         "## `mpplan plan` end to end (graph file, one device)",
         stamp(rerun("bench_cli.py", quick) + (f" --against OTHER_TREE --pairs {pairs}" if against else "")),
-        f"`mpplan plan` of the synthetic transformer training graph as a JSON graph file ({sizes}), one "
+        f"`mpplan plan` of the synthetic transformer training graph as a JSON graph file ({sizes}), as "
+        "`save_graph` writes it (in columns, `layout: columns`, since the columnar layout), one "
         "1000 GiB device, default planner settings, verification included; one run per size, each in a fresh "
         "interpreter, which also timed its own stages (`plan: ...` rows split the planner; `plan` includes them).",
         table(headers, rows),

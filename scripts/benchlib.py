@@ -205,6 +205,26 @@ def log(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
+_WRITE_GRAPH = (
+    "import sys; from mpplan.capture.graph_file import save_graph; "
+    "from mpplan.capture.synthetic import synthetic_graph; "
+    "g = synthetic_graph('transformer', layers=int(sys.argv[1]), train=True); save_graph(g, sys.argv[2]); "
+    "print(len(g.ops))"
+)
+
+
+def synthetic_graph_file(tree: Path, layers: int, path: Path) -> int:
+    """Write the synthetic transformer training graph of ``layers`` layers to ``path`` with ``tree``'s own
+    ``save_graph`` (a child process importing ``tree``'s mpplan); return its op count.
+
+    Each tree then reads a file in the layout it writes: JSON in columns since the columnar layout,
+    which a tree from before it does not read, in rows before.
+    """
+    done = subprocess.run([sys.executable, "-c", _WRITE_GRAPH, str(layers), str(path)], cwd=tree,
+                          env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
+
+
 @dataclass(frozen=True)
 class TorchCase:
     """A config's torch model built on CPU with its seeded inputs and captured for CPU execution."""

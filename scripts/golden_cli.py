@@ -7,7 +7,9 @@ root, so its own ``mpplan`` is imported) and compares the exit code, stdout, std
 written (plan.json, report.md, timeline.json, baselines.json), ignoring only ``planner.seconds``
 (wall time), the output folder's own path and the graph's hash (``graph.hash`` in plan.json and
 wherever else it is written): a tree that moved to another version of the hash (``mpplan.graph_hash``)
-writes another string for the same graph.  Cases: a synthetic transformer graph file (10k ops;
+writes another string for the same graph.  Each tree reads graph files its own ``save_graph`` wrote
+(``benchlib.synthetic_graph_file``), in a folder of its own whose path is masked too: a tree before the
+columnar layout reads rows, a tree since reads columns.  Cases: a synthetic transformer graph file (10k ops;
 ``--big`` adds 100k), on two devices, with remat (``mirror``), with ``parallel_safe`` on devices
 too small (exit 3), ``configs/quickstart.yaml``, and a bad graph file (exit 2, one line).
 Exit 0 when every case agrees; else prints the first difference of each case that differs.
@@ -25,12 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 DEVICE = "{name: gpu0, capacity: 1000GiB}"
 
 
-def _cases(folder: Path, big: bool) -> dict[str, Path]:
-    """Config of each case, written into ``folder`` beside the graph files they read."""
-    sys.path.insert(0, str(REPO))
-    from mpplan.capture.graph_file import save_graph
-    from mpplan.capture.synthetic import synthetic_graph
+def _cases(folder: Path, big: bool, tree: Path) -> dict[str, Path]:
+    """Config of each case, written into ``folder`` beside the graph files they read, which ``tree`` writes."""
+    from benchlib import synthetic_graph_file
 
+    folder.mkdir()
     configs: dict[str, Path] = {}
 
     def config(name: str, text: str) -> None:
@@ -38,7 +39,7 @@ def _cases(folder: Path, big: bool) -> dict[str, Path]:
         configs[name].write_text(text)
 
     for layers in (360, 3600) if big else (360,):
-        save_graph(synthetic_graph("transformer", layers=layers, train=True), folder / f"t{layers}.json")
+        synthetic_graph_file(tree, layers, folder / f"t{layers}.json")
     graph = "model: {graph: {path: t360.json}}\n"
     config("file10k", f"{graph}devices: [{DEVICE}]\n")
     if big:
@@ -53,14 +54,15 @@ def _cases(folder: Path, big: bool) -> dict[str, Path]:
 
 
 def _run(tree: Path, config: Path, out: Path) -> dict[str, object]:
-    """Exit code, output and written files of one ``mpplan plan``, with the run-specific parts masked."""
+    """Exit code, output and written files of one ``mpplan plan``, with the run-specific parts (the output
+    folder, the folder of the config and its graph file, the graph's hash) masked."""
     done = subprocess.run([sys.executable, "-m", "mpplan.cli", "plan", str(config), "--out", str(out)],
                           cwd=tree, capture_output=True, text=True)
     plan = out / "plan.json"
     graph_hash = json.loads(plan.read_text())["graph"]["hash"] if plan.exists() else str(out)
 
     def masked(text: str) -> str:
-        return text.replace(str(out), "<out>").replace(graph_hash, "<graph hash>")
+        return text.replace(str(out), "<out>").replace(str(config.parent), "<cases>").replace(graph_hash, "<graph hash>")
 
     result: dict[str, object] = {"exit": done.returncode, "stdout": masked(done.stdout),
                                  "stderr": masked(done.stderr)}
@@ -80,8 +82,10 @@ def main() -> int:
     failed = 0
     with tempfile.TemporaryDirectory(prefix="mpplan-golden-") as tmp:
         folder = Path(tmp)
-        for name, config in _cases(folder, big).items():
-            a, b = (_run(tree, config, folder / f"out-{name}-{label}") for label, tree in (("old", old), ("new", REPO)))
+        trees = {"old": old, "new": REPO}
+        cases = {label: _cases(folder / label, big, tree) for label, tree in trees.items()}
+        for name in cases["new"]:
+            a, b = (_run(tree, cases[label][name], folder / f"out-{name}-{label}") for label, tree in trees.items())
             same = a == b
             failed += not same
             print(f"{name}: exit {a['exit']}/{b['exit']}, {len(a) - 3} files: {'identical' if same else 'DIFFERENT'}")

@@ -230,11 +230,12 @@ def test_round_trip_of_the_example_and_its_text(tmp_path):
     assert graph_from_dict(graph_to_dict(TINY)) == TINY
 
 
-def test_json_has_one_op_per_line(tmp_path):
-    path = save_graph(TINY, tmp_path / "tiny.json")
+def test_json_in_rows_has_one_op_per_line(tmp_path):
+    path = save_graph(TINY, tmp_path / "tiny.json", layout="rows")
     lines = path.read_text().splitlines()
     assert '    {"name": "fc", "type": "Linear", "inputs": ["x", "w"], "outputs": ["h"], "cost": 2.0},' in lines
     assert json.loads(path.read_text()) == graph_to_dict(TINY)
+    assert load_graph(path) == TINY
 
 
 def test_empty_graph_round_trips(tmp_path):
@@ -345,7 +346,7 @@ OK_TENSORS = "tensors: {x: {bytes: 4, kind: input}, h: {bytes: 4}}\n"
         ),
         pytest.param(
             OK_TENSORS + "ops: []\ncolour: red\n",
-            "colour: unknown key; expected one of name, tensors, ops, outputs",
+            "colour: unknown key; expected one of name, layout, tensors, ops, outputs",
             id="unknown-top-key",
         ),
         pytest.param(
@@ -537,7 +538,7 @@ def test_format_argument(tmp_path):
     path = write(tmp_path, json.dumps(links), "nl.json")
     assert [o.name for o in load_graph(path).ops] == ["a"]
     assert [o.name for o in load_graph(path, format="node-link").ops] == ["a"]
-    assert error(path, format="mpplan") == f"{path}: nodes: unknown key; expected one of name, tensors, ops, outputs"
+    assert error(path, format="mpplan") == f"{path}: nodes: unknown key; expected one of name, layout, tensors, ops, outputs"
     with pytest.raises(ValueError, match="format: expected one of auto, mpplan, node-link, got 'xml'"):
         load_graph(path, format="xml")
 

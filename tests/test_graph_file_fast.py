@@ -23,8 +23,8 @@ _VALUE = st.one_of(
     st.lists(st.one_of(st.integers(-2, 9), st.booleans(), st.sampled_from(["a", "b"]), st.floats(0, 2)), max_size=3),
     st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
 )
-_TENSOR_SPEC = st.dictionaries(st.sampled_from([*graph_fields._TENSOR_KEYS, "size"]), _VALUE, max_size=5)
-_OP_SPEC = st.dictionaries(st.sampled_from([*graph_fields._OP_KEYS, "device_id"]), _VALUE, max_size=8)
+_TENSOR_SPEC = st.dictionaries(st.sampled_from([*graph_fields.TENSOR_KEYS, "size"]), _VALUE, max_size=5)
+_OP_SPEC = st.dictionaries(st.sampled_from([*graph_fields.OP_KEYS, "device_id"]), _VALUE, max_size=8)
 #: Specs that take the plain case: the usual fields with their usual types.
 _PLAIN_TENSOR = st.fixed_dictionaries(
     {"shape": st.lists(st.integers(0, 64), max_size=3), "dtype": st.sampled_from(["float32", "torch.int64"])},
@@ -49,14 +49,14 @@ def _outcome(build: Callable[[], Any]) -> tuple[str, Any]:
 @settings(max_examples=400, deadline=None)
 @given(spec=st.one_of(_TENSOR_SPEC, _PLAIN_TENSOR, _VALUE))
 def test_tensor_plain_case_matches_checkers(spec: object) -> None:
-    fast = _outcome(lambda: graph_fields._tensor("t", spec))
+    fast = _outcome(lambda: graph_fields.tensor_from_row("t", spec))
     assert fast == _outcome(lambda: graph_fields._checked_tensor("t", spec, "tensors.t"))
 
 
 @settings(max_examples=400, deadline=None)
 @given(spec=st.one_of(_OP_SPEC, _PLAIN_OP, _VALUE))
 def test_op_plain_case_matches_checkers(spec: object) -> None:
-    fast = _outcome(lambda: graph_fields._op(spec, 3))
+    fast = _outcome(lambda: graph_fields.op_from_row(spec, 3))
     assert fast == _outcome(lambda: graph_fields._checked_op(spec, "ops[3]"))
 
 
@@ -70,15 +70,15 @@ def test_one_field_off_the_plain_case() -> None:
     """Every field of a plain tensor and a plain op (and an unknown key) set to every edge value."""
     plain_tensors = [{"shape": [2, 3], "dtype": "float32"}, {"bytes": 64, "kind": "param"}, {"alias_of": "h"}]
     for base in plain_tensors:
-        for key in (*graph_fields._TENSOR_KEYS, "size"):
+        for key in (*graph_fields.TENSOR_KEYS, "size"):
             for value in _EDGES:
                 spec = {**base, key: value}
-                assert _outcome(lambda: graph_fields._tensor("t", spec)) == _outcome(
+                assert _outcome(lambda: graph_fields.tensor_from_row("t", spec)) == _outcome(
                     lambda: graph_fields._checked_tensor("t", spec, "tensors.t")), spec
     plain_ops = [{"name": "f", "type": "mm"}, {"name": "f", "type": "mm", "inputs": ["a"], "outputs": ["b"], "cost": 2}]
     for base in plain_ops:
-        for key in (*graph_fields._OP_KEYS, "device_id"):
+        for key in (*graph_fields.OP_KEYS, "device_id"):
             for value in _EDGES:
                 spec = {**base, key: value}
-                assert _outcome(lambda: graph_fields._op(spec, 3)) == _outcome(
+                assert _outcome(lambda: graph_fields.op_from_row(spec, 3)) == _outcome(
                     lambda: graph_fields._checked_op(spec, "ops[3]")), spec

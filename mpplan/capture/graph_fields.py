@@ -1,11 +1,12 @@
 """The fields of a graph document: each tensor's and op's, checked one by one, into the IR.
 
-``graph_from_doc`` turns a parsed mpplan graph document into a ``Graph`` (not yet
-validated), raising ``GraphFileError("<dotted.field>: <what>")`` at the first bad
-field.  The usual fields are checked inline (``_tensor``, ``_op``); anything unusual
-falls back to the field checkers (``_checked_tensor``, ``_checked_op``), which give the
-same first error (tests/test_graph_file_fast.py holds the two paths to that).
-"""
+``graph_from_doc`` turns a parsed mpplan graph document of the row layout into a ``Graph``
+(not yet validated), raising ``GraphFileError("<dotted.field>: <what>")`` at the first bad
+field.  The usual fields are checked inline (``tensor_from_row``, ``op_from_row``); anything
+unusual falls back to the field checkers (``_checked_tensor``, ``_checked_op``), which give the
+same first error (tests/test_graph_file_fast.py holds the two paths to that).  The columnar
+layout (``graph_columns``) shares the top level (``graph_name``) and, off its plain case, the
+row functions, so both layouts word every error alike."""
 
 from __future__ import annotations
 
@@ -17,32 +18,24 @@ from mpplan.errors import GraphFileError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.units import DTYPE_BYTES, MAX_BYTES, dtype_bytes, parse_size
 
-_TOP_KEYS = ("name", "tensors", "ops", "outputs")
-_TENSOR_KEYS = ("bytes", "shape", "dtype", "kind", "alias_of", "grad_of")
-_OP_KEYS = ("name", "type", "inputs", "outputs", "cost", "device", "backward_of", "module", "stage", "recompute_of")
+_TOP_KEYS = ("name", "layout", "tensors", "ops", "outputs")
+#: The two layouts of a graph document: ``rows`` (the default) and ``columns`` (``graph_columns``).
+LAYOUTS = ("rows", "columns")
+TENSOR_KEYS = ("bytes", "shape", "dtype", "kind", "alias_of", "grad_of")
+OP_KEYS = ("name", "type", "inputs", "outputs", "cost", "device", "backward_of", "module", "stage", "recompute_of")
 OP_OPTIONAL = ("device", "backward_of", "module", "stage", "recompute_of")
 _TOP_KEY_SET = frozenset(_TOP_KEYS)
-_TENSOR_KEY_SET = frozenset(_TENSOR_KEYS)
-_OP_KEY_SET = frozenset(_OP_KEYS)
-_KINDS = {k.value: k for k in Kind}
+_TENSOR_KEY_SET = frozenset(TENSOR_KEYS)
+_OP_KEY_SET = frozenset(OP_KEYS)
+KINDS = {k.value: k for k in Kind}
 #: Element width of each dtype name a graph file may use (``torch.float32`` as well as ``float32``).
-_WIDTHS = {**DTYPE_BYTES, **{f"torch.{name}": width for name, width in DTYPE_BYTES.items()}}
+WIDTHS = {**DTYPE_BYTES, **{f"torch.{name}": width for name, width in DTYPE_BYTES.items()}}
 
 
 def graph_from_doc(doc: object, default_name: str) -> Graph:
-    """The graph a document describes, checked field by field but not yet validated."""
-    if not isinstance(doc, dict):
-        got = "an empty document" if doc is None else show(doc)
-        raise GraphFileError(f"expected a mapping with keys {', '.join(_TOP_KEYS)}, got {got}")
-    _check_keys(doc, _TOP_KEY_SET, _TOP_KEYS, "")
-    for key in ("tensors", "ops"):
-        if key not in doc:
-            raise GraphFileError(f"{key}: missing; a graph file lists its tensors and its ops")
-    name = doc.get("name")
-    if name is None:
-        name = default_name
-    elif not isinstance(name, str) or not name:
-        raise GraphFileError(f"name: expected a non-empty string, got {show(name)}")
+    """The graph a row-layout document describes, checked field by field but not yet validated."""
+    name = graph_name(doc, default_name)
+    assert isinstance(doc, dict)  # graph_name refuses anything else
     specs = doc["tensors"]
     if specs is None:
         specs = {}
@@ -52,17 +45,38 @@ def graph_from_doc(doc: object, default_name: str) -> Graph:
     for tname, spec in specs.items():
         if not isinstance(tname, str):
             raise GraphFileError(f"tensors: tensor names must be strings, got {show(tname)}")
-        tensors.append(_tensor(tname, spec))
+        tensors.append(tensor_from_row(tname, spec))
     op_specs = doc["ops"]
     if op_specs is None:
         op_specs = []
     if not isinstance(op_specs, list):
         raise GraphFileError(f"ops: expected a list of ops, got {show(op_specs)}")
-    ops = [_op(spec, i) for i, spec in enumerate(op_specs)]
-    outputs = _names(doc.get("outputs"), "", "outputs")
+    ops = [op_from_row(spec, i) for i, spec in enumerate(op_specs)]
+    outputs = name_list(doc.get("outputs"), "", "outputs")
     return Graph(name, tuple(tensors), tuple(ops), outputs)
 
-def _tensor(name: str, spec: object) -> Tensor:
+
+def graph_name(doc: object, default_name: str) -> str:
+    """The graph's name, once the top level of a document (either layout) is checked: a mapping of
+    the known keys, ``tensors`` and ``ops`` present, ``layout`` one of ``LAYOUTS`` when given."""
+    if not isinstance(doc, dict):
+        got = "an empty document" if doc is None else show(doc)
+        raise GraphFileError(f"expected a mapping with keys {', '.join(_TOP_KEYS)}, got {got}")
+    _check_keys(doc, _TOP_KEY_SET, _TOP_KEYS, "")
+    layout = doc.get("layout")
+    if layout is not None and layout not in LAYOUTS:
+        raise GraphFileError(f"layout: expected {' or '.join(LAYOUTS)}, got {show(layout)}")
+    for key in ("tensors", "ops"):
+        if key not in doc:
+            raise GraphFileError(f"{key}: missing; a graph file lists its tensors and its ops")
+    name = doc.get("name")
+    if name is None:
+        return default_name
+    if not isinstance(name, str) or not name:
+        raise GraphFileError(f"name: expected a non-empty string, got {show(name)}")
+    return name
+
+def tensor_from_row(name: str, spec: object) -> Tensor:
     """The tensor ``tensors.<name>`` describes.  The plain case, every field given with its usual
     type (an int of bytes, a list of ints, a known dtype and kind, strings), is checked inline; any
     other goes through the field checkers in order (``_checked_tensor``), which name the first bad field."""
@@ -74,21 +88,21 @@ def _tensor(name: str, spec: object) -> Tensor:
             (nbytes is None or (type(nbytes) is int and 0 <= nbytes <= MAX_BYTES))
             and (shape is None or (type(shape) is list and _INT_ONLY.issuperset(map(type, shape))
                                    and (not shape or min(shape) >= 0)))
-            and (dtype is None or (type(dtype) is str and dtype in _WIDTHS))
-            and (kind is None or (type(kind) is str and kind in _KINDS))
+            and (dtype is None or (type(dtype) is str and dtype in WIDTHS))
+            and (kind is None or (type(kind) is str and kind in KINDS))
             and (alias_of is None or type(alias_of) is str)
             and (grad_of is None or type(grad_of) is str)
         ):
             return _tensor_of(name, nbytes, None if shape is None else tuple(shape), dtype,
-                              None if dtype is None else _WIDTHS[dtype], _KINDS[kind or "activation"],
+                              None if dtype is None else WIDTHS[dtype], KINDS[kind or "activation"],
                               alias_of, grad_of)
     return _checked_tensor(name, spec, f"tensors.{name}")
 
 
 def _checked_tensor(name: str, spec: object, where: str) -> Tensor:
     if not isinstance(spec, dict):
-        raise GraphFileError(f"{where}: expected a mapping of fields ({', '.join(_TENSOR_KEYS)}), got {show(spec)}")
-    _check_keys(spec, _TENSOR_KEY_SET, _TENSOR_KEYS, where)
+        raise GraphFileError(f"{where}: expected a mapping of fields ({', '.join(TENSOR_KEYS)}), got {show(spec)}")
+    _check_keys(spec, _TENSOR_KEY_SET, TENSOR_KEYS, where)
     get = spec.get
     nbytes = _size(get("bytes"), where, "bytes")
     shape = _shape(get("shape"), where, "shape")
@@ -120,7 +134,7 @@ def _tensor_of(name: str, nbytes: int | None, shape: tuple[int, ...] | None, dty
     return new_tensor(name, nbytes, kind, shape, dtype, alias_of, grad_of)
 
 
-def _op(spec: object, i: int) -> Op:
+def op_from_row(spec: object, i: int) -> Op:
     """The op ``ops[i]`` describes; the plain case (name and type strings, lists of names, a float
     or int cost, strings or nulls for the rest) inline, any other through ``_checked_op``."""
     if type(spec) is dict and spec.keys() <= _OP_KEY_SET:
@@ -144,7 +158,7 @@ def _op(spec: object, i: int) -> Op:
 def _checked_op(spec: object, where: str) -> Op:
     if not isinstance(spec, dict):
         raise GraphFileError(f"{where}: expected a mapping of op fields (name, type, inputs, ...), got {show(spec)}")
-    _check_keys(spec, _OP_KEY_SET, _OP_KEYS, where)
+    _check_keys(spec, _OP_KEY_SET, OP_KEYS, where)
     get = spec.get
     for key in ("name", "type"):
         if get(key) is None:
@@ -152,8 +166,8 @@ def _checked_op(spec: object, where: str) -> Op:
     return Op(
         name=_string(spec["name"], where, "name"),
         type=_string(spec["type"], where, "type"),
-        inputs=_names(get("inputs"), where, "inputs"),
-        outputs=_names(get("outputs"), where, "outputs"),
+        inputs=name_list(get("inputs"), where, "inputs"),
+        outputs=name_list(get("outputs"), where, "outputs"),
         cost=_cost(get("cost"), where, "cost"),
         device=_optional_str(get("device"), where, "device"),
         backward_of=_optional_str(get("backward_of"), where, "backward_of"),
@@ -188,7 +202,7 @@ def _optional_str(value: object, where: str, key: str) -> str | None:
     return None if value is None else _string(value, where, key)
 
 
-def _names(value: object, where: str, key: str) -> tuple[str, ...]:
+def name_list(value: object, where: str, key: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if type(value) is list and all(isinstance(v, str) for v in value):
@@ -239,9 +253,9 @@ def _dtype(value: object, where: str, key: str) -> tuple[str | None, int | None]
 def _kind(value: object, where: str, key: str) -> Kind:
     if value is None:
         return Kind.ACTIVATION
-    if not isinstance(value, str) or value not in _KINDS:
-        raise GraphFileError(f"{_field(where, key)}: unknown kind {show(value)}; expected one of {', '.join(_KINDS)}")
-    return _KINDS[value]
+    if not isinstance(value, str) or value not in KINDS:
+        raise GraphFileError(f"{_field(where, key)}: unknown kind {show(value)}; expected one of {', '.join(KINDS)}")
+    return KINDS[value]
 
 
 def _cost(value: object, where: str, key: str) -> float:

@@ -13,9 +13,9 @@ The format (YAML or JSON, same structure) is a user-facing contract::
       - {name: relu, type: Relu,   inputs: [h],    outputs: [h]}   # in and out: in place
     outputs: [h]
 
-Top-level keys: ``name`` (default: the file's stem), ``tensors`` (a mapping, in
-tensor order), ``ops`` (a list, in the as-given order) and ``outputs`` (default
-none).  Tensor fields: ``bytes`` (an integer or a size such as ``64MiB``), ``shape``
+Top-level keys: ``name`` (default: the file's stem), ``layout`` (``rows``, the
+default, or ``columns``), ``tensors`` (a mapping, in tensor order), ``ops`` (a list,
+in the as-given order) and ``outputs`` (default none).  Tensor fields: ``bytes`` (an integer or a size such as ``64MiB``), ``shape``
 and ``dtype`` (when both are given with ``bytes`` they must agree), ``kind``
 (``input``, ``param``, ``activation``, ``grad``, ``optimizer_state``, ``output``,
 ``workspace``; default ``activation``), ``alias_of`` and ``grad_of``.  A tensor
@@ -25,6 +25,12 @@ and 0 is what a view's ``nbytes`` reads back as.  Op fields: ``name``, ``type``,
 ``inputs``, ``outputs``, ``cost`` (a non-negative number, default 0), ``device``,
 ``backward_of``, ``module``, ``stage``, ``recompute_of``.  ``null`` means absent.
 
+The same fields may come as columns, one list per field (``layout: columns``; see
+``mpplan.capture.graph_columns``): ``tensors`` maps ``name`` and each tensor field to a
+list with one entry per tensor, ``ops`` maps each op field to a list with one entry per
+op.  A 100k-op file parses in half the time that way, and is checked a column at a time;
+every error is worded as the rows word it, naming the same tensor or op and field.
+
 ``load_graph`` also reads networkx node-link JSON (see ``mpplan.capture.nodelink``):
 the content decides, not the extension.  Files are read by ``mpplan.reading``:
 ``safe_load``'s types, and no alias bombs, duplicate keys or runaway nesting.
@@ -32,8 +38,10 @@ Every error is a ``GraphFileError`` of one line, ``<file>: <dotted.field>: <what
 graph-validation errors come back the same way, prefixed with the file.
 
 ``save_graph`` writes YAML or JSON by extension, atomically, and only what reads
-back as the very same graph: ``load_graph(save_graph(g, p)) == g``.  For graphs of
-100k ops prefer JSON: PyYAML's pure-Python ``safe_load`` is slow at that size.
+back as the very same graph: ``load_graph(save_graph(g, p)) == g``.  JSON is written
+in columns (what loads fastest), YAML in rows (what people write and read); its
+``layout`` argument picks either.  For graphs of 100k ops prefer JSON: PyYAML's
+pure-Python ``safe_load`` is slow at that size.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ from typing import Any, cast
 
 import yaml
 
-from mpplan.capture.graph_fields import OP_OPTIONAL, derived_bytes, graph_from_doc, show
+from mpplan.capture.graph_columns import columns_of_rows, graph_from_columns
+from mpplan.capture.graph_fields import LAYOUTS, OP_OPTIONAL, derived_bytes, graph_from_doc, show
 from mpplan.capture.nodelink import graph_from_node_link
 from mpplan.durable import write_text
 from mpplan.errors import GraphError, GraphFileError
@@ -69,7 +78,7 @@ def load_graph(
     """Read a validated ``Graph`` from a ``.yaml``, ``.yml`` or ``.json`` file.
 
     The extension picks the syntax; ``format`` picks the content: ``mpplan`` (a
-    mapping with ``ops``/``tensors``), ``node-link`` (networkx node-link: ``nodes``
+    mapping with ``ops``/``tensors``, in rows or in columns), ``node-link`` (networkx node-link: ``nodes``
     and ``links`` or ``edges``), or ``auto`` to tell them apart.  ``size_attr`` and
     ``cost_attr`` name node attributes of node-link files and are ignored for
     mpplan files.  Raises ``GraphFileError`` with one line naming the file and field.
@@ -88,7 +97,7 @@ def load_graph(
             return graph_from_node_link(
                 data, name=None if named else path.stem, size_attr=size_attr, cost_attr=cost_attr
             )
-        graph = graph_from_doc(doc, path.stem)
+        graph = _graph_of(doc, path.stem)
         # The document (300k small dicts and lists for 100k ops) is dropped before validating, so
         # the topology reuses its memory: on the 100k-op file, 122k page faults (not 148k), 349 MB peak (not 448).
         del doc
@@ -101,19 +110,26 @@ def load_graph(
         raise GraphFileError(f"{path}: {exc}") from None
 
 
-def save_graph(graph: Graph, path: str | os.PathLike[str]) -> Path:
+def save_graph(graph: Graph, path: str | os.PathLike[str], *, layout: str | None = None) -> Path:
     """Write ``graph`` as YAML or JSON (by extension), atomically; return the path.
 
-    The graph is validated first, and the document is read back in memory before
-    anything touches the disk, so a file is only written when ``load_graph`` will
-    return an equal graph.  The file appears whole or not at all (temp file + rename).
+    ``layout`` is ``rows`` (one tensor or op a line: what a person reads and diffs, and
+    what mpplan before the columnar layout reads) or ``columns`` (one field a line: what
+    loads fastest); by default JSON gets columns and YAML rows.  The graph is validated
+    first, and the document is read back in memory before anything touches the disk,
+    so a file is only written when ``load_graph`` will return an equal graph.  The file
+    appears whole or not at all (temp file + rename).
     """
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
     path = Path(path)
     syntax = _syntax(path)
     graph.validate()
     doc = graph_to_dict(graph)
+    if (layout or ("columns" if syntax == "json" else "rows")) == "columns":
+        doc = columns_of_rows(doc)
     try:
-        again = graph_from_doc(doc, graph.name)  # equal to a valid graph, so valid itself
+        again = _graph_of(doc, graph.name)  # equal to a valid graph, so valid itself
     except GraphFileError as exc:
         raise GraphFileError(f"{path}: cannot save graph {graph.name!r}: {exc}") from None
     if again != graph:
@@ -143,15 +159,22 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
 
 
 def graph_from_dict(doc: object, *, default_name: str = "graph") -> Graph:
-    """Build and validate a ``Graph`` from an mpplan graph document (parsed YAML/JSON).
+    """Build and validate a ``Graph`` from an mpplan graph document (parsed YAML/JSON), in either layout.
 
     Raises ``GraphFileError("<dotted.field>: <what>")`` for a malformed document and
     ``GraphError`` when the graph it describes is invalid.
     """
-    return graph_from_doc(doc, default_name).validate()
+    return _graph_of(doc, default_name).validate()
 
 
 # --- reading -------------------------------------------------------------------------
+
+
+def _graph_of(doc: object, default_name: str) -> Graph:
+    """The graph of an mpplan document, not yet validated: its ``layout`` key picks the reader."""
+    if isinstance(doc, dict) and doc.get("layout") == "columns":
+        return graph_from_columns(doc, default_name)
+    return graph_from_doc(doc, default_name)
 
 
 def _syntax(path: Path) -> str:
@@ -220,35 +243,47 @@ class _Flow(dict[str, Any]):
     """A mapping the YAML writer puts on one line: ``{bytes: 64, kind: input}``."""
 
 
+class _FlowList(list[Any]):
+    """A list the YAML writer puts on one line: a column, ``[x, w, h]``."""
+
+
 class _Dumper(yaml.SafeDumper):
-    """``SafeDumper`` that writes ``_Flow`` mappings in flow style: one tensor or op per line."""
+    """``SafeDumper`` that writes ``_Flow`` and ``_FlowList`` in flow style: one tensor, op or column per line."""
 
 
 _Dumper.add_representer(
     _Flow, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True)
 )
+_Dumper.add_representer(
+    _FlowList, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
+)
 
 
 def _dump_yaml(doc: dict[str, Any]) -> str:
     flow = dict(doc)
-    flow["tensors"] = {k: _Flow(v) for k, v in doc["tensors"].items()}
-    flow["ops"] = [_Flow(o) for o in doc["ops"]]
+    if doc.get("layout") == "columns":
+        flow["tensors"] = {k: _FlowList(v) for k, v in doc["tensors"].items()}
+        flow["ops"] = {k: _FlowList(v) for k, v in doc["ops"].items()}
+    else:
+        flow["tensors"] = {k: _Flow(v) for k, v in doc["tensors"].items()}
+        flow["ops"] = [_Flow(o) for o in doc["ops"]]
     # The huge width stops PyYAML folding long lines.
     return yaml.dump(flow, Dumper=_Dumper, sort_keys=False, default_flow_style=None, allow_unicode=True, width=1 << 30)
 
 
 def _dump_json(doc: dict[str, Any]) -> str:
-    """JSON with one tensor and one op per line: compact, and diffs stay readable."""
+    """JSON with one tensor and one op (rows) or one column (columns) per line: compact, and diffs stay readable."""
 
     one = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode  # one encoder, not one per entry
 
-    lines = ["{", f'  "name": {one(doc["name"])},']
-    tensors = [f"    {one(k)}: {one(v)}" for k, v in doc["tensors"].items()]
-    lines += ['  "tensors": {', ",\n".join(tensors), "  },"] if tensors else ['  "tensors": {},']
-    ops = [f"    {one(o)}" for o in doc["ops"]]
-    tail = "," if "outputs" in doc else ""
-    lines += ['  "ops": [', ",\n".join(ops), f"  ]{tail}"] if ops else [f'  "ops": []{tail}']
-    if "outputs" in doc:
-        lines.append(f'  "outputs": {one(doc["outputs"])}')
+    lines = ["{"]
+    for n, (key, value) in enumerate(doc.items()):
+        comma = "," if n < len(doc) - 1 else ""
+        if key not in ("tensors", "ops") or not value:
+            lines.append(f"  {one(key)}: {one(value)}{comma}")
+        elif isinstance(value, dict):  # rows' tensors, or a table of columns: an item a line
+            lines += [f"  {one(key)}: {{", ",\n".join(f"    {one(k)}: {one(v)}" for k, v in value.items()), f"  }}{comma}"]
+        else:  # rows' ops: an op a line
+            lines += [f"  {one(key)}: [", ",\n".join(f"    {one(v)}" for v in value), f"  ]{comma}"]
     lines.append("}")
     return "\n".join(lines) + "\n"
