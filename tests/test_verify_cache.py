@@ -53,7 +53,8 @@ def _corrupted(graph: Graph, data: st.DataObject) -> Graph | None:
         return None
     k = data.draw(st.sampled_from(at))
     j = data.draw(st.integers(0, len(listed[k]) - 1))
-    listed[k][j] = data.draw(st.sampled_from([t for t in range(len(graph.tensors)) if t != listed[k][j]]))
+    n = len(graph.tensors)  # other tensors' numbers, their negative twins (t - n names t from the end) and past the end
+    listed[k][j] = data.draw(st.sampled_from([t for t in range(-n, n + 2) if t != listed[k][j]]))
     return _with_topology(graph, **{field: tuple(map(tuple, listed))})
 
 

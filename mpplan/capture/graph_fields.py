@@ -76,6 +76,7 @@ def graph_name(doc: object, default_name: str) -> str:
         raise GraphFileError(f"name: expected a non-empty string, got {show(name)}")
     return name
 
+
 def tensor_from_row(name: str, spec: object) -> Tensor:
     """The tensor ``tensors.<name>`` describes.  The plain case, every field given with its usual
     type (an int of bytes, a list of ints, a known dtype and kind, strings), is checked inline; any

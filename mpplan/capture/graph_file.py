@@ -272,7 +272,8 @@ def _dump_yaml(doc: dict[str, Any]) -> str:
 
 
 def _dump_json(doc: dict[str, Any]) -> str:
-    """JSON with one tensor and one op (rows) or one column (columns) per line: compact, and diffs stay readable."""
+    """JSON with one tensor and one op (rows) or one column (columns) per line: compact; rows also diff
+    line by line, while one edit in columns rewrites its column's line."""
 
     one = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode  # one encoder, not one per entry
 

@@ -67,5 +67,7 @@ def numbering(graph: Graph) -> tuple[list[str], dict[str, int]]:
 
 
 def is_numbering(index: dict[str, int], names: list[str]) -> bool:
-    """Whether ``index`` is exactly ``{names[i]: i}`` (which also says the names are distinct)."""
-    return list(index) == names and list(index.values()) == list(range(len(names)))
+    """Whether ``index`` is exactly ``{names[i]: i}`` (which also says the names are distinct); ints only,
+    as ``True == 1 == 1.0`` would pass the comparison and fail later as a list index."""
+    values = list(index.values())
+    return list(index) == names and values == list(range(len(names))) and set(map(type, values)) <= {int}

@@ -202,10 +202,10 @@ def _lists_the_same(numbered: Sequence[tuple[int, ...]], listed: Iterable[tuple[
     listed = list(listed)
     if list(map(len, numbered)) != list(map(len, listed)):
         return False
-    try:
-        return list(map(names.__getitem__, chain.from_iterable(numbered))) == list(chain.from_iterable(listed))
-    except IndexError:  # a number past the tensors and copies
+    flat = list(chain.from_iterable(numbered))
+    if flat and (min(flat) < 0 or max(flat) >= len(names)):  # a negative number would name a tensor from the end
         return False
+    return list(map(names.__getitem__, flat)) == list(chain.from_iterable(listed))
 
 
 def _expected_versions(
