@@ -20,8 +20,9 @@ them, not 208k), and a column is checked by passes that run in C (``set(map(type
 ``64MiB``, a bad value) goes through the row functions of ``graph_fields`` entry by entry,
 each entry rebuilt as its row: every value the rows accept is accepted here, and every error
 is the rows' own message, naming the same tensor (``tensors.<name>.<field>``) or op
-(``ops[<i>].<field>``).  What only columns can get wrong (a missing or unknown column,
-columns of unequal length) is one line naming the column.
+(``ops[<i>].<field>``).  What only columns can get wrong (a missing or unknown column, a
+column that is not a list, null included, columns of unequal length) is one line naming the
+column.
 """
 
 from __future__ import annotations
