@@ -55,20 +55,32 @@ def _graph_ops(graph: Graph, p: Plan) -> list[str]:
 
 
 def move_op_without_copies(data, graph, p):
-    """An op that touches a buffer or static bytes moves to another device; nothing else changes."""
+    """An op that touches a buffer or static bytes moves to another device; nothing else changes.
+
+    Not every such move is a fault: an op may read on another device a tensor that a copy brought
+    there, and its views of that input then view the copy.  So a move is drawn only where the op
+    touches stored bytes that cannot be there: an output it makes or writes in place, or an input
+    with no copy to that device.
+    """
     if len(p.devices) < 2:
         return None
     root, size = _storage_info(graph, p)
+    tensors = {t.name: t for t in graph.tensors}
+    arrived = {(c.tensor, c.dst) for c in p.copies}
+
+    def stored(t: str) -> bool:
+        return root[t] in p.buffers or size[root[t]] > 0
+
+    def stranded(op, there: str) -> bool:
+        made = [t for t in op.outputs if t in op.inputs or tensors[t].alias_of is None]
+        return any(map(stored, made)) or any(stored(t) and (t, there) not in arrived for t in op.inputs)
+
     ops = {o.name: o for o in graph.ops}
-    movable = [
-        n for n in _graph_ops(graph, p)
-        if any(root[t] in p.buffers or size[root[t]] > 0 for t in (*ops[n].inputs, *ops[n].outputs))
-    ]
-    if not movable:
+    moves = [(n, d.name) for n in _graph_ops(graph, p) for d in p.devices
+             if d.name != p.placement[n] and stranded(ops[n], d.name)]
+    if not moves:
         return None
-    name = data.draw(st.sampled_from(movable))
-    here = p.placement[name]
-    there = data.draw(st.sampled_from([d.name for d in p.devices if d.name != here]))
+    name, there = data.draw(st.sampled_from(moves))
     return replace(p, placement={**p.placement, name: there})
 
 
