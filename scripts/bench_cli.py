@@ -75,12 +75,15 @@ def child(config: str, out: str) -> None:
                 cpu[label] = cpu.get(label, 0.0) + time.process_time() - start[1]
         return run
 
+    # A stage an older tree (``--against``) lacks is left untimed: its time stays in the rest.
     for label, module, name in STAGES:
         mod = sys.modules.get(module) or importlib.import_module(module)
-        setattr(mod, name, timed(label, getattr(mod, name)))
+        if hasattr(mod, name):
+            setattr(mod, name, timed(label, getattr(mod, name)))
     planner = sys.modules["mpplan.planner"]
     for label, name in PLAN_PARTS:
-        setattr(planner, name, timed(f"plan: {label}", getattr(planner, name)))
+        if hasattr(planner, name):
+            setattr(planner, name, timed(f"plan: {label}", getattr(planner, name)))
     # The graph's hash (for plan.json's ``graph.hash``) is a cached property, made where the planner
     # first asks for it: a stage of loading's kind, timed on its own so the planner's split shows it.
     from mpplan.graph import Graph
@@ -164,12 +167,18 @@ def paired(layers: int, folder: Path, against: Path, pairs: int) -> str:
         f"{', '.join(f'{r[TOTAL]:.2f}' for r in runs['other'])} s in {against}")
     labels = [label for label in runs["this"][0] if label != TOTAL] + [TOTAL]
 
-    def cell(side: str, label: str) -> float:
-        return median(r.get(label, 0.0) for r in runs[side])
+    def cell(side: str, label: str) -> float | None:
+        """The median, or None where the tree has no such stage (an older tree's time for it is in the rest)."""
+        return median(r[label] for r in runs[side]) if label in runs[side][0] else None
 
-    rows = [[label, f"{cell('other', label):.2f}", f"{cell('this', label):.2f}",
-             f"{cell('this', label) / cell('other', label):.2f}" if cell("other", label) > 0.005 else ""]
-            for label in labels]
+    def shown(value: float | None) -> str:
+        return "not timed" if value is None else f"{value:.2f}"
+
+    def ratio(label: str) -> str:
+        this, other = cell("this", label), cell("other", label)
+        return f"{this / other:.2f}" if this is not None and other is not None and other > 0.005 else ""
+
+    rows = [[label, shown(cell("other", label)), shown(cell("this", label)), ratio(label)] for label in labels]
     rows.append(["every run's total", ", ".join(f"{r[TOTAL]:.2f}" for r in runs["other"]),
                  ", ".join(f"{r[TOTAL]:.2f}" for r in runs["this"]), ""])
     head = ["stage (CPU s, median)", f"`{_commit_of(against)}`", "this tree", "this / other"]
