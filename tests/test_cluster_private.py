@@ -107,6 +107,21 @@ def test_embedded_ray_listens_on_loopback_only(tmp_path):
         driver.wait()
 
 
+def test_the_watchdog_starts_and_ends_without_a_word_on_stderr(tmp_path):
+    """Regression: started as ``python -m mpplan.cluster.reaper``, the watchdog imported its own
+    package first and runpy printed a RuntimeWarning into every ``mpplan search``'s output."""
+    code = (
+        "import sys\n"
+        "from mpplan.cluster.reaper import Reaper\n"
+        "reaper = Reaper.start()\n"
+        "reaper.close()\n"
+        "sys.exit(reaper.process.wait(timeout=60))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 def test_a_killed_driver_leaves_no_ray_process_behind(tmp_path):
     driver = _start("time.sleep(120)", tmp_path)
     try:

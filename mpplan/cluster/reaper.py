@@ -17,7 +17,10 @@ signal to the driver's process group does not reach it:
   after ``ray.shutdown()``.
 
 Linux only (it reads ``/proc``); elsewhere ``Reaper.start`` returns None.  Run as
-``python -m mpplan.cluster.reaper DRIVER_PID [EXCLUDED_PID ...]``.
+``python -I .../mpplan/cluster/reaper.py DRIVER_PID [EXCLUDED_PID ...]``: by path, in isolated
+mode, so the watchdog imports the standard library alone.  ``python -m mpplan.cluster.reaper``
+would import the ``mpplan.cluster`` package first (Ray with it), which imports this module, and
+runpy then warns on the driver's stderr that the module was imported before it ran.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class Reaper:
         me = os.getpid()
         before = [str(pid) for pid, _ in _descendants(me, _table())]  # not Ray's: never reaped
         process = subprocess.Popen(
-            [sys.executable, "-m", "mpplan.cluster.reaper", str(me), *before],
+            [sys.executable, "-I", os.path.abspath(__file__), str(me), *before],  # module docstring: why
             stdin=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
