@@ -174,15 +174,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     outcome = plan_into_folder(load_config(args.config, args.set), args.out)
     plan = outcome.plan
-    if outcome.refused is not None:  # the best infeasible plan is written next to the refusal
-        print(f"mpplan: error: {outcome.refused}", file=sys.stderr)
-        print(f"does not fit the remat budget: the best infeasible plan (peak {plan.max_peak_bytes} bytes) "
-              f"written to {outcome.path} (verified)")
-        return outcome.exit_code
     assert outcome.report is not None
     print(plan_text(plan, outcome.baselines))
-    print(f"\n{plan_outcome(plan, outcome.path, outcome.report)}")
-    if plan.misfits:
+    print(f"\n{plan_outcome(plan, outcome.path, outcome.report, outcome.budget)}")
+    if outcome.refused is not None:  # the best infeasible plan is written and reported like any other
+        print(f"mpplan: error: does not fit the remat budget: {misfit_text(plan, outcome.budget)}", file=sys.stderr)
+        if len(plan.devices) == 1:  # the recompute search's bounds are the whole graph's on one device
+            print(f"mpplan: {outcome.refused}", file=sys.stderr)
+    elif plan.misfits:
         print(f"mpplan: error: does not fit: {misfit_text(plan)}", file=sys.stderr)
         if outcome.oversized_op is not None:
             op, touched = outcome.oversized_op

@@ -6,7 +6,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Sequence
 
-from mpplan.plan import Plan
+from mpplan.plan import DevicePlan, Plan
 from mpplan.summary import GraphSummary
 from mpplan.timeline import Timeline
 from mpplan.units import format_size
@@ -90,25 +90,33 @@ def _bytes(n: int) -> str:
     return f"{format_size(n)} ({n})"
 
 
-def misfit_text(plan: Plan) -> str:
-    """Every device whose peak exceeds its capacity, with by how much, in human sizes
-    (``""`` when the plan fits): the line a user reads to size the devices or the batch."""
+def misfit_text(plan: Plan, budget: int | None = None) -> str:
+    """Every device whose peak exceeds its capacity (or the remat ``budget``, when given), with by
+    how much, in human sizes (``""`` when none does): the line a user reads to size the devices,
+    the batch or the budget."""
+    what = "its capacity" if budget is None else "the remat budget"
     return "; ".join(
-        f"{d.name} needs {format_size(d.peak_bytes - d.capacity_bytes)} ({d.peak_bytes - d.capacity_bytes} bytes) "
-        f"more than its capacity of {format_size(d.capacity_bytes)} (peak {format_size(d.peak_bytes)})"
-        for d in plan.devices
-        if d.peak_bytes > d.capacity_bytes
+        f"{d.name} needs {format_size(over)} ({over} bytes) more than {what} of {format_size(bound)} "
+        f"(peak {format_size(d.peak_bytes)})"
+        for d, bound, over in _over(plan, budget)
     )
 
 
-def plan_outcome(plan: Plan, path: Path, report: Path) -> str:
-    """The summary line of ``mpplan plan``: whether it fits comes first, then where the plan went."""
-    misfits = misfit_text(plan)
+def _over(plan: Plan, budget: int | None) -> list[tuple[DevicePlan, int, int]]:
+    """(device, its bound, bytes over it) of each device whose peak exceeds its capacity or ``budget``."""
+    bounds = [(d, d.capacity_bytes if budget is None else budget) for d in plan.devices]
+    return [(d, bound, d.peak_bytes - bound) for d, bound in bounds if d.peak_bytes > bound]
+
+
+def plan_outcome(plan: Plan, path: Path, report: Path, budget: int | None = None) -> str:
+    """The summary line of ``mpplan plan``: whether it fits comes first, then where the plan went.
+    ``budget``: the remat budget that no plan found fits (``plan`` is then the least peak found)."""
+    misfits = misfit_text(plan, budget)
     if not misfits:
         return f"plan written to {path} (verified); report: {report}"
-    over = sum(d.peak_bytes > d.capacity_bytes for d in plan.devices)
+    what = "" if budget is None else " the remat budget"
     return (
-        f"does not fit on {over} of {len(plan.devices)} device(s): {misfits}\n"
+        f"does not fit{what} on {len(_over(plan, budget))} of {len(plan.devices)} device(s): {misfits}\n"
         f"the best plan found (verified, capacities aside) is written to {path}; report: {report}"
     )
 

@@ -26,6 +26,7 @@ from mpplan.passes.remat.api import records_of
 from mpplan.passes.remat.fit import fit_planned, in_order, next_target
 from mpplan.plan import load_plan
 from mpplan.planner import PlannerSettings, memory_model, plan, rematerialised
+from mpplan.units import format_size
 from mpplan.verify import verify
 
 ONE = [Device("cuda:0", 1 << 40)]
@@ -151,13 +152,47 @@ def test_cli_writes_the_best_infeasible_plan_next_to_the_refusal(capsys, tmp_pat
     out = tmp_path / "o"
     code, stdout, err = run(capsys, "plan", str(config), "--out", str(out))
     assert code == 3
-    assert err.startswith("mpplan: error: ") and err.count("\n") == 1 and "remat budget 1000 bytes is infeasible" in err
-    assert "does not fit the remat budget" in stdout
     written = load_plan(out / "plan.json")
     assert written.max_peak_bytes > 1000 and written.remat
+    # regression: the refusal said the peak in raw bytes only, and wrote no table and no report
+    over = written.max_peak_bytes - 1000
+    named = f"gpu0 needs {format_size(over)} ({over} bytes) more than the remat budget of 1000 B (peak "
+    summary, where = stdout.strip().splitlines()[-2:]
+    assert summary.startswith(f"does not fit the remat budget on 1 of 1 device(s): {named}")
+    assert where.startswith("the best plan found (verified, capacities aside) is written to ")
+    assert stdout.startswith("device ") and "this plan" in stdout
+    assert (out / "report.md").is_file() and (out / "timeline.json").is_file()
+    error, detail = err.strip().splitlines()
+    assert error.startswith(f"mpplan: error: does not fit the remat budget: {named}")
+    assert detail.startswith("mpplan: ") and "remat budget 1000 bytes is infeasible" in detail
     assert json.loads((out / "plan.json").read_text())["planner"]["settings"]["remat_chosen"]["fits"] is False
     code, stdout, _ = run(capsys, "verify", str(out / "plan.json"), "--graph", str(graph_file))
     assert code == 0 and "ok" in stdout
+
+
+def test_cli_names_every_device_over_an_infeasible_budget_and_no_one_device_bound(capsys, tmp_path) -> None:
+    """Two devices: each over the budget is named, in human sizes.  The recompute search's own
+    bound (the whole graph on one device) is left out: on two devices it is not the least budget."""
+    config = write_config(
+        tmp_path,
+        """
+        model: {synthetic: {kind: transformer, layers: 2, train: true, batch: 2, seq: 16, hidden: 32, heads: 2,
+                            vocab: 32}}
+        devices: [{name: a, capacity: 1GiB}, {name: b, capacity: 1GiB}]
+        planner: {placement: pipeline, remat: {policy: budget, budget: 1000, solver: heuristic}}
+        """,
+    )
+    code, stdout, err = run(capsys, "plan", str(config), "--out", str(tmp_path / "o"))
+    assert code == 3
+    written = load_plan(tmp_path / "o" / "plan.json")
+    assert all(d.peak_bytes > 1000 for d in written.devices)
+    (error,) = err.strip().splitlines()
+    summary = stdout.strip().splitlines()[-2]
+    assert summary.startswith("does not fit the remat budget on 2 of 2 device(s): ")
+    for d in written.devices:
+        over = d.peak_bytes - 1000
+        named = f"{d.name} needs {format_size(over)} ({over} bytes) more than the remat budget of 1000 B"
+        assert named in error and named in summary
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,7 +2,8 @@
 
 The plan is verified before it is written (capacities aside: a plan that does not fit is
 still a correct plan, and the best one found is what a user sizes the devices by).  An
-infeasible remat budget writes the best infeasible plan and returns the refusal as data.
+infeasible remat budget writes the best infeasible plan, with its report, and returns the
+refusal as data.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ class PlanOutcome:
     """What ``plan_into_folder`` made and wrote.
 
     ``refused`` is the remat pass's refusal when the budget is infeasible: ``plan`` is then
-    the best infeasible plan, and there are no baselines and no report.  ``oversized_op`` is
-    an op whose activations alone exceed every device, when the plan does not fit.
+    the best infeasible plan (the least peak found), written and reported like any other, and
+    ``budget`` the budget in bytes it misses.  ``oversized_op`` is an op whose activations alone
+    exceed every device, when the plan does not fit.
     """
 
     plan: Plan
@@ -37,6 +39,7 @@ class PlanOutcome:
     baselines: dict[str, int] = field(default_factory=dict)
     report: Path | None = None
     refused: RematInfeasibleError | None = None
+    budget: int | None = None
     oversized_op: tuple[str, int] | None = None
 
     @property
@@ -50,8 +53,9 @@ class PlanOutcome:
 def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     """Plan ``config`` on its devices and write the results into ``out`` (default: ``<output.dir>/plan``).
 
-    Writes ``plan.json`` (verified), ``timeline.json``, ``baselines.json`` and ``report.md``;
-    ``ConfigError`` when the config names no device.
+    Writes ``plan.json`` (verified), ``timeline.json``, ``baselines.json`` and ``report.md``, also
+    for the best infeasible plan of a remat budget that nothing fits; ``ConfigError`` when the
+    config names no device.
     """
     from mpplan.capture import graph_from_config, program_from_config
     from mpplan.planner import PlannerSettings, plan
@@ -73,6 +77,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         return plan_with_scratch(program, planned)
 
     settings = PlannerSettings.from_config(config.planner)
+    refused, budget = None, None
     try:
         result = as_run(plan(graph, devices, settings))
     except InfeasibleError as exc:  # the remat package's refusal: it is loaded only by a plan that recomputes
@@ -80,8 +85,8 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
 
         if not isinstance(exc, RematInfeasibleError) or exc.plan is None:
             raise
-        verify(graph, exc.plan, check_capacity=False)
-        return PlanOutcome(exc.plan, save_plan(exc.plan, folder / "plan.json"), refused=exc)
+        refused, budget = exc, exc.plan.max_peak_bytes - exc.missing_bytes
+        result = as_run(exc.plan)
     verify(graph, result, check_capacity=False)  # a misfit is still a correct plan
     path = save_plan(result, folder / "plan.json")
     static = sim.static_bytes(graph)
@@ -99,7 +104,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         op, touched = sim.largest_op(graph)
         if op is not None and touched > max(d.capacity_bytes for d in result.devices):
             oversized = (op, touched)
-    return PlanOutcome(result, path, baselines, report, oversized_op=oversized)
+    return PlanOutcome(result, path, baselines, report, refused, budget, oversized)
 
 
 def write_plan_report(graph: Graph, plan: Plan, out: Path, baselines: dict[str, int], **extra: Any) -> Path:
