@@ -20,6 +20,8 @@ import pytest
 
 from conftest import REPO
 from mpplan.cli import main
+from mpplan.plan import load_plan
+from mpplan.report import plan_text
 
 torch = pytest.importorskip("torch")
 
@@ -63,6 +65,10 @@ def test_one_gpu_does_not_fit_and_says_by_how_much(capsys, tmp_path):
     # The tutorial quotes this very line; a planner that changes the number must update the tutorial too.
     assert err.strip().splitlines()[-1] in TUTORIAL.read_text(), "docs/tutorial.md quotes another misfit"
     assert "this plan" in out and "placement: single" in out
+    _assert_quoted(_device_rows(out), "one-GPU plan table")
+    code, out, _ = cli(capsys, "inspect", str(ONE_GPU))
+    assert code == 0
+    _assert_quoted(out.splitlines()[:1], "inspect header (graph name and hash)")
 
 
 def test_four_gpus_fit_and_verify(capsys, four):
@@ -75,9 +81,23 @@ def test_four_gpus_fit_and_verify(capsys, four):
     # The tutorial quotes the plan's table: its largest peak, as `mpplan plan` prints it, is in there.
     assert f"{_human(peak)} ({peak})" in TUTORIAL.read_text(), "docs/tutorial.md quotes another four-GPU peak"
 
+    _assert_quoted(_device_rows(plan_text(load_plan(four / "plan.json"), {})), "four-GPU plan table")
+
     code, out, _ = cli(capsys, "verify", str(four / "plan.json"), "--config", str(FOUR_GPUS))
     assert code == 0
     assert out.startswith(f"{four / 'plan.json'}: ok (") and "4 devices" in out
+    _assert_quoted([out.strip().split(": ", 1)[1]], "verify's counts")
+
+
+def _device_rows(table: str) -> list[str]:
+    """The per-device rows of a plan table, as ``mpplan plan`` prints them."""
+    return [line for line in table.splitlines() if line.startswith("cuda:")]
+
+
+def _assert_quoted(lines: list[str], what: str) -> None:
+    """Regression: the tutorial quoted a stale hash, buffer count and table cells; every line is quoted verbatim."""
+    text = TUTORIAL.read_text()
+    assert lines and all(line in text for line in lines), f"docs/tutorial.md quotes another {what}: {lines}"
 
 
 def test_batch_16_fits_with_sqrt_because_adam_state_moves_to_the_last_stage():
