@@ -1,8 +1,13 @@
-"""The generated reference pages match the code (rerun scripts/gen_docs.py when this fails)."""
+"""The docs hold: the generated reference pages match the code (rerun scripts/gen_docs.py when
+that fails), the README's set-up commands keep their shape, and a clone runs the tests."""
 
 import os
 import re
+import shutil
 import subprocess
+import sys
+
+import pytest
 
 from conftest import REPO
 from mpplan.reference import cli_reference, config_reference
@@ -46,3 +51,37 @@ def test_cpu_torch_switch_picks_the_cpu_index_only_without_a_gpu(tmp_path):
                               env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
     assert without.stdout.strip() == "--extra-index-url https://download.pytorch.org/whl/cpu"
     assert with_gpu.stdout.strip() == ""
+
+
+#: Tests that read the benchmark graphs of ``../shared/data``, run in a clone that lacks them.
+SHARED_DATA_TESTS = [
+    "tests/test_nodelink.py",
+    "tests/test_assign.py::test_auto_packs_random_layered_graphs_near_load",
+    "tests/test_assign.py::test_auto_reaches_load_on_random_layered_n1000_in_its_given_order",
+    "tests/test_assign.py::test_auto_reaches_load_on_real_networks",
+    "tests/test_remat.py::test_checkmate_names_ops_and_tensors_alike",
+    "tests/test_remat.py::test_exact_budget_on_a_checkmate_graph_is_optimal_and_verifies",
+    "tests/test_remat.py::test_the_milp_backend_prints_nothing_to_stdout",
+]
+
+
+def test_a_clone_without_the_benchmark_data_skips_saying_where_it_comes_from(tmp_path):
+    """What .ci/run proves for the whole suite, for the tests that read ``../shared/data``: in a
+    copy of the checkout with nothing beside it they skip, and each skip names the data's source
+    (regression: test_remat's skips said where to put the graphs but not where to get them)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the copy is made from git's file list")
+    clone = tmp_path / "mpplan"
+    for name in listed.stdout.decode().split("\0"):
+        if name and (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    env = {**os.environ, "PYTHONPATH": str(clone)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *SHARED_DATA_TESTS],
+                          cwd=clone, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    skips = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert len(skips) >= len(SHARED_DATA_TESTS) - 1, done.stdout[-3000:]
+    assert all("github.com/haoming-codes/moccasin" in line for line in skips), skips

@@ -19,13 +19,13 @@ import itertools
 import logging
 import math
 import pkgutil
-from pathlib import Path
 from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import shared_data
 from mpplan import sim
 from mpplan.capture import synthetic
 from mpplan.capture.graph_file import load_graph
@@ -54,7 +54,6 @@ from mpplan.passes.remat import (
 from mpplan.planner import PlannerSettings, plan, rematerialised
 from mpplan.verify import verify
 
-CHECKMATE = Path(__file__).resolve().parents[2] / "shared" / "data" / "checkmate_graphs"
 REMAT_MODULES = [remat_module] + [
     importlib.import_module(f"mpplan.passes.remat.{m.name}") for m in pkgutil.iter_modules(remat_module.__path__)
 ]
@@ -62,11 +61,8 @@ needs_milp = pytest.mark.skipif(remat_ilp.available_backend() is None, reason="n
 
 
 def checkmate_graph(name: str) -> Graph:
-    """A graph of the Checkmate/Moccasin set, or a skip saying where to put the data."""
-    path = CHECKMATE / name
-    if not path.exists():
-        pytest.skip(f"needs {path.name}: put the Checkmate/Moccasin graphs in ../shared/data/checkmate_graphs")
-    return load_graph(path)
+    """A graph of the Checkmate/Moccasin set, or a skip saying where to put the data and where it comes from."""
+    return load_graph(shared_data(name))
 
 
 def peak(graph: Graph) -> int:
@@ -716,11 +712,11 @@ def test_the_milp_backend_prints_nothing_to_stdout():
     import sys
 
     pytest.importorskip("highspy")
-    checkmate_graph("VGG16_256_224x224_train_nx.json")  # skips without the data
+    path = shared_data("VGG16_256_224x224_train_nx.json")  # skips without the data
     code = (
         "from mpplan.capture.graph_file import load_graph\n"
         "from mpplan.passes.remat import remat\n"
-        f"r = remat(load_graph({str(CHECKMATE / 'VGG16_256_224x224_train_nx.json')!r}), 'budget', budget=0.9, "
+        f"r = remat(load_graph({str(path)!r}), 'budget', budget=0.9, "
         "solver='exact')\n"
         "print('solved', r.solver)\n"
     )
