@@ -147,8 +147,9 @@ def _candidates_figure(plt: Any, results: Sequence[dict[str, Any]]) -> Any:
     if measured:
         ax.scatter([t for _, t in measured], [p / scale for p, _ in measured], color="#3b82f6", label="measured")
         front = pareto_front(measured)
+        # ringed as well as joined: a front of one point (one candidate beats the rest on both) has no line
         ax.plot([t for _, t in front], [p / scale for p, _ in front], color="#111827", lw=1.2,
-                drawstyle="steps-post", label="Pareto front")
+                drawstyle="steps-post", marker="o", markersize=10, markerfacecolor="none", label="Pareto front")
         ax.legend(fontsize=8)
     ax.set_title("measured", fontsize=9)
     ax.set_xlabel("step time (s)")

@@ -116,6 +116,12 @@ def test_candidates_figure_draws_no_prediction_at_a_step_time():
     measured_only = _candidates_figure(plt, rows[:2])
     assert len(measured_only.axes) == 1
     plt.close(measured_only)
+    # regression: when one candidate beats the others on both axes the front is one point, and the legend's
+    # "Pareto front" named a line nobody could see (the quickstart's search)
+    one = _candidates_figure(plt, candidate_rows([result("a", "ok", 8 << 20, 0.3), result("b", "ok", 10 << 20, 0.5)]))
+    (front,) = [line for line in one.axes[0].get_lines() if line.get_label() == "Pareto front"]
+    assert front.get_xydata().tolist() == [[0.3, 8.0]] and front.get_marker() not in ("", "None", None)
+    plt.close(one)
 
 
 def test_a_shift_that_moved_nothing_says_why_it_uses_one_device():
