@@ -151,8 +151,11 @@ class RuntimeEvaluator:
         model, inputs, program = self._build(candidate, device_map.torch_device(planned.devices[0].name))
         replanned = not hash_matches(planned.graph_hash, program.graph)
         if replanned:  # traced for a GPU here, for the CPU on the driver: other kernels, same settings
+            from mpplan.runtime.scratch import plan_with_scratch
+
             settings = PlannerSettings.from_config(candidate.config.planner)
-            planned = plan(program.graph, resolve_devices(candidate.config), settings)
+            made = plan(program.graph, resolve_devices(candidate.config), settings)
+            planned = plan_with_scratch(program, made, device_map.to_dict())  # as the driver's: as arena mode runs it
         measurement = evaluate_program(
             program,
             planned,

@@ -3,16 +3,19 @@
 Each point either ends here (``predicted_misfit``, ``error``, or found finished in
 the store on resume) or becomes a ``Candidate`` predicted to fit, to be ranked and
 perhaps measured.  Graphs are built once per (model, workload): a planner sweep
-over one model captures it once, a batch sweep once per batch.
+over one model captures it once, a batch sweep once per batch.  A torch model's plan
+is the one ``mpplan plan`` and ``mpplan run`` make, as arena mode runs it (its blocks,
+and what ops hold outside them: ``runtime.scratch.plan_with_scratch``), so the peak
+it predicts is the peak a measurement finds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mpplan.capture import graph_from_config
+from mpplan.capture import graph_from_config, program_from_config
 from mpplan.cluster.apply_fit import ApplyMisfit, plan_point
 from mpplan.cluster.records import Candidate, Result, Status, predicted_of
 from mpplan.cluster.space import (
@@ -28,6 +31,9 @@ from mpplan.config import Config, Device, resolve_devices
 from mpplan.graph import Graph
 from mpplan.plan import Plan
 from mpplan.planner import PlannerSettings, plan
+
+if TYPE_CHECKING:
+    from mpplan.capture.torch_capture import CapturedProgram
 
 Outcome = Candidate | Result
 """What planning a point gives: a candidate still to rank and measure, or a finished result."""
@@ -53,6 +59,7 @@ class PointPlanner:
     keys: set[str] = field(default_factory=set)
     """Every key this search resolved: the results that belong to the current space."""
     _graphs: dict[str, Graph] = field(default_factory=dict, repr=False)
+    _programs: dict[str, CapturedProgram | None] = field(default_factory=dict, repr=False)
 
     def resolve(self, overrides: Overrides) -> Outcome:
         """The point's stored result if it has one, else its plan's verdict (recorded when final)."""
@@ -77,7 +84,7 @@ class PointPlanner:
                 raise ValueError("devices: needs at least one device to plan for")
             if self.fit == "apply":
                 return self._plan_for_apply(key, overrides, config, devices, settings)
-            made = plan(graph, devices, settings)
+            made = self._plan(config, graph, devices, settings)
         except Exception as exc:  # noqa: BLE001 - a planner failure on one point must not stop the search
             failed = Result(
                 key,
@@ -134,8 +141,8 @@ class PointPlanner:
                                          PlannerSettings.from_config(config.planner))
             assert isinstance(again, Candidate), "a point predicted to fit fits again: planning is deterministic"
             return again
-        made = self.plans.get(result.key) or plan(
-            self._graph(config), resolve_devices(config), PlannerSettings.from_config(config.planner)
+        made = self.plans.get(result.key) or self._plan(
+            config, self._graph(config), resolve_devices(config), PlannerSettings.from_config(config.planner)
         )
         self.plans[result.key] = made
         return Candidate(result.key, overrides, config, made)
@@ -143,8 +150,21 @@ class PointPlanner:
     def _graph(self, config: Config) -> Graph:
         key = workload_key(config)
         if key not in self._graphs:
-            self._graphs[key] = graph_from_config(config)
+            program = program_from_config(config) if config.model.torch is not None else None
+            self._programs[key] = program
+            self._graphs[key] = graph_from_config(config, program)
         return self._graphs[key]
+
+    def _plan(self, config: Config, graph: Graph, devices: Sequence[Device], settings: PlannerSettings) -> Plan:
+        """The point's plan; a torch model's as arena mode runs it (module docstring), the same plan
+        ``mpplan plan`` writes for these settings."""
+        made = plan(graph, devices, settings)
+        program = self._programs.get(workload_key(config))
+        if program is None:
+            return made
+        from mpplan.runtime.scratch import plan_with_scratch
+
+        return plan_with_scratch(program, made)
 
     def forget(self, keys: set[str]) -> None:
         """Drop the kept plans of ``keys`` (candidates that will not be measured)."""
