@@ -68,8 +68,11 @@ def test_an_infeasible_budget_is_returned_as_a_refusal_with_the_best_plan_writte
     config = load_config(tiny_config, ["planner.remat.policy=budget", "planner.remat.budget=1"])
     outcome = plan_into_folder(config, str(tmp_path / "out"))
     assert outcome.refused is not None and outcome.exit_code == 3
-    assert outcome.report is None and not outcome.baselines
     assert load_plan(outcome.path) == outcome.plan
+    # reported like any plan: the budget it misses, its report, timeline and baselines beside it
+    assert outcome.budget == 1 and outcome.plan.max_peak_bytes > 1
+    assert outcome.report is not None and outcome.report.is_file() and (tmp_path / "out" / "timeline.json").is_file()
+    assert outcome.baselines["this plan"] == outcome.plan.max_peak_bytes
 
 
 def test_a_plan_without_recomputation_never_imports_the_remat_package(tmp_path, tiny_config):
