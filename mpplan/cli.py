@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = verbs.add_parser("export", help="print a plan's placement as an accelerate device_map or split points")
     export.add_argument("plan", help="plan.json")
-    export.add_argument("--format", required=True, choices=("accelerate", "split-points"))
+    export.add_argument("--format", required=True, choices=("accelerate", "split-points"),
+                        help="accelerate: module path -> GPU index, for accelerate.dispatch_model; split-points: the "
+                             "module paths where each stage after the first starts")
     export.set_defaults(func=cmd_export)
     return parser
 

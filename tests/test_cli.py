@@ -152,6 +152,18 @@ def test_help_has_no_rst_markup(capsys, verb):
     assert done.value.code == 0 and out.startswith("usage: mpplan") and "`" not in out
 
 
+def test_every_argument_of_every_verb_says_what_it_is():
+    # regression: `mpplan export --help` listed --format's two choices and said nothing of either
+    import argparse
+
+    from mpplan.cli import build_parser
+
+    (verbs,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [f"{verb} {action.dest}" for verb, sub in verbs.choices.items() for action in sub._actions
+              if not action.help]
+    assert not silent, silent
+
+
 def test_inspect_prints_the_totals_by_kind_apart_from_the_peak(capsys, tmp_path, tiny_file):
     code, out, _ = run(capsys, "inspect", str(tiny_file))
     assert code == 0
