@@ -282,7 +282,7 @@ def test_too_small_capacity_named_after_the_fast_path() -> None:
     p = plan(graph, [device()], EXACT)
     small = _with_device(p, capacity_bytes=p.devices[0].peak_bytes - 1)
     assert _fast_answers(graph, small) == [True]
-    expected = f"device gpu0: peak {p.devices[0].peak_bytes} exceeds capacity {p.devices[0].peak_bytes - 1}"
+    expected = f"device gpu0: peak {p.devices[0].peak_bytes} exceeds capacity {p.devices[0].peak_bytes - 1} by 1 bytes"
     with pytest.raises(VerificationError, match=expected):
         verify(graph, small)
     verify(graph, small, check_capacity=False)

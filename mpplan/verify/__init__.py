@@ -33,6 +33,7 @@ from mpplan.errors import VerificationError
 from mpplan.graph import Graph, Kind, Tensor
 from mpplan.graph_hash import graph_hash_like, hash_matches
 from mpplan.plan import Copy, DevicePlan, Plan
+from mpplan.units import format_size
 from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks, check_scratch
 from mpplan.verify.parallel import check_parallel_safe
 from mpplan.verify.recompute import with_recomputes
@@ -164,8 +165,12 @@ def _check_memory_by_name(plan: Plan, run: Replay, last: list[int], size: list[i
 
 
 def _check_capacity(device: DevicePlan) -> None:
+    """A peak over the capacity, in bytes and human sizes, and by how much: what a user resizes by."""
     if device.peak_bytes > device.capacity_bytes:
-        _fail(f"device {device.name}: peak {device.peak_bytes} exceeds capacity {device.capacity_bytes}")
+        over = device.peak_bytes - device.capacity_bytes
+        _fail(f"device {device.name}: peak {device.peak_bytes} exceeds capacity {device.capacity_bytes} by {over} "
+              f"bytes ({format_size(device.peak_bytes)} > {format_size(device.capacity_bytes)}, "
+              f"{format_size(over)} over)")
 
 
 def _fail(message: str) -> None:
