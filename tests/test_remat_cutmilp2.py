@@ -171,21 +171,30 @@ def test_the_second_copy_counts_at_its_own_recompute() -> None:
         assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
 
 
-def read_from_two_kept() -> Graph:
-    """``a`` (200 bytes, from ``w1``, 10) and ``b`` (200, from ``w2``, 150) both read by ``C0``,
-    ``C1`` and ``D`` across two heavy stretches, ``q2`` 100 bytes: with both dropped twice,
-    ``A``'s and then ``B``'s second recompute run before ``D``."""
-    act = Tensor
-    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 10), act("w2", 150), act("a", 200), act("b", 200), act("c0", 1),
-               act("big1", 350), act("q1", 1), act("c1", 1), act("big2", 300), act("q2", 100),
-               Tensor("d", 1, Kind.OUTPUT))
+def two_read_across_two_stretches(name: str, sizes: dict[str, int], a_reads: tuple[str, ...],
+                                   b_reads: tuple[str, ...]) -> Graph:
+    """``a`` (made by ``A`` from ``a_reads``) and ``b`` (by ``B`` from ``b_reads``) both read by
+    ``C0``, ``C1`` and ``D`` across two heavy stretches (``P1``/``Q1``, ``P2``/``Q2``); ``w1`` and
+    ``w2`` made from ``x``; ``sizes`` gives every tensor's bytes but ``x``'s (8) and the chain's (1)."""
+    act, n = Tensor, sizes
+    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", n["w1"]), act("w2", n["w2"]), act("a", n["a"]), act("b", n["b"]),
+               act("c0", 1), act("big1", n["big1"]), act("q1", n["q1"]), act("c1", 1), act("big2", n["big2"]),
+               act("q2", n["q2"]), Tensor("d", n["d"], Kind.OUTPUT))
     ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
-           Op("A", "f", ("w1",), ("a",), 1.0), Op("B", "f", ("w2",), ("b",), 1.0),
+           Op("A", "f", a_reads, ("a",), 1.0), Op("B", "f", b_reads, ("b",), 1.0),
            Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
            Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "b", "q1", "c0"), ("c1",), 1.0),
            Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
            Op("D", "f", ("a", "b", "q2", "c1"), ("d",), 1.0))
-    return Graph("read_from_two_kept", tensors, ops, ("d",)).validate()
+    return Graph(name, tensors, ops, ("d",)).validate()
+
+
+def read_from_two_kept() -> Graph:
+    """``a`` (200 bytes, from ``w1``, 10) and ``b`` (200, from ``w2``, 150) both read by ``C0``,
+    ``C1`` and ``D`` across two heavy stretches, ``q2`` 100 bytes: with both dropped twice,
+    ``A``'s and then ``B``'s second recompute run before ``D``."""
+    sizes = {"w1": 10, "w2": 150, "a": 200, "b": 200, "big1": 350, "q1": 1, "big2": 300, "q2": 100, "d": 1}
+    return two_read_across_two_stretches("read_from_two_kept", sizes, ("w1",), ("w2",))
 
 
 def test_second_recomputes_before_one_op_run_in_order() -> None:
@@ -240,19 +249,10 @@ def test_second_recomputes_before_one_op_run_in_the_order_of_their_first_cuts() 
 
 
 def sharing_an_input() -> Graph:
-    """``A`` and ``B`` both read ``w2`` (83 bytes) and are read by ``C0``, ``C1`` and ``C2``
+    """``A`` and ``B`` both read ``w2`` (83 bytes) and are read by ``C0``, ``C1`` and ``D``
     across two heavy stretches (found by a random search against the brute force)."""
-    act = Tensor
-    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 68), act("w2", 83), act("a", 56), act("b", 150), act("c0", 1),
-               act("big1", 330), act("q1", 24), act("c1", 1), act("big2", 322), act("q2", 51),
-               Tensor("out", 22, Kind.OUTPUT))
-    ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
-           Op("A", "f", ("x", "w2"), ("a",), 1.0), Op("B", "f", ("w2", "x"), ("b",), 1.0),
-           Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
-           Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "b", "q1", "c0"), ("c1",), 1.0),
-           Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
-           Op("C2", "f", ("a", "b", "q2", "c1"), ("out",), 1.0))
-    return Graph("sharing_an_input", tensors, ops, ("out",)).validate()
+    sizes = {"w1": 68, "w2": 83, "a": 56, "b": 150, "big1": 330, "q1": 24, "big2": 322, "q2": 51, "d": 22}
+    return two_read_across_two_stretches("sharing_an_input", sizes, ("x", "w2"), ("w2", "x"))
 
 
 def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
@@ -262,7 +262,7 @@ def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
     candidates' double columns counted 2 * 83 bytes (or needed an auxiliary at least 2), and the
     MILP found nothing under 520."""
     graph = sharing_an_input()
-    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "C2"), Drop("B", "b", "C1", "C2")], (), {}))
+    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D"), Drop("B", "b", "C1", "D")], (), {}))
     assert peak(both) == 465 and least_family_cost(graph, 465) == 4.0
     assert milp2_cost(graph, 465) == 4.0
 
