@@ -280,10 +280,7 @@ def _block_dict(block: Block) -> dict[str, Any]:
 def save_plan(plan: Plan, path: str | Path) -> Path:
     """Write ``plan.json`` atomically (a temp file renamed into place): ``plan.to_dict()``, its
     buffers taken by column from the ``Buffer`` records instead of a dict made for each."""
-    records = plan.buffers.values()
-    columns = tuple(list(map(attrgetter(field), records)) for field in _BUFFER_FIELDS)
-    buffers = Table(list(plan.buffers), _BUFFER_FIELDS, columns)
-    return write_json_atomic(plan._document(buffers), path)
+    return write_json_atomic(plan._document(Table.of(plan.buffers, _BUFFER_FIELDS, attrgetter)), path)
 
 
 def load_plan(path: str | Path) -> Plan:
