@@ -207,11 +207,12 @@ class Plan:
             )
             for i, d in enumerate(reader.items(data.get("devices"), "devices"))
         )
+        device, offset, size = _BUFFER_FIELDS  # as ``to_dict`` writes them; ``Buffer`` takes them in this order
         buffers = {
             str(name): Buffer(
-                device=reader.string(b.get("device"), f"buffers.{name}.device"),
-                offset=reader.integer(b.get("offset"), f"buffers.{name}.offset"),
-                bytes=reader.integer(b.get("bytes"), f"buffers.{name}.bytes"),
+                reader.string(b.get(device), f"buffers.{name}.{device}"),
+                reader.integer(b.get(offset), f"buffers.{name}.{offset}"),
+                reader.integer(b.get(size), f"buffers.{name}.{size}"),
             )
             for name, b in reader.mapping(data.get("buffers"), "buffers").items()
         }
