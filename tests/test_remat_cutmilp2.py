@@ -25,7 +25,8 @@ from mpplan.passes.remat import apply_recompute, build_model
 from mpplan.passes.remat.api import result_of
 from mpplan.passes.remat.cutexact import option_of, solve_program
 from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours
-from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, storage_users
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names
+from mpplan.passes.remat.model import storage_users
 from mpplan.verify import verify
 
 #: Brute-force combinations past which a drawn graph is not checked (seconds each).
