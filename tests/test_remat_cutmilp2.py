@@ -190,6 +190,30 @@ def two_read_across_two_stretches(name: str, sizes: dict[str, int], a_reads: tup
     return Graph(name, tensors, ops, ("d",)).validate()
 
 
+def read_before_a_tail() -> Graph:
+    """``twice_read`` with a tail after ``D``, the last reader of ``a``: ``P3`` makes ``big3``
+    (350 bytes) and ``E`` reads it and ``d``."""
+    base = twice_read()
+    tensors = (*base.tensors[:-1], Tensor("d", 1), Tensor("big3", 350), Tensor("e", 1, Kind.OUTPUT))
+    ops = (*base.ops, Op("P3", "f", ("x",), ("big3",), 1.0), Op("E", "f", ("big3", "d"), ("e",), 1.0))
+    return Graph("read_before_a_tail", tensors, ops, ("e",)).validate()
+
+
+def test_the_second_copy_dies_after_its_last_reader() -> None:
+    """Rule: the second copy is live up to its tensor's last use (``p <= model.last[j]`` in
+    ``DoubleProgram._versions``), not to the end.  ``A`` dropped twice fits 410 (cost 2), the tail
+    holding 352 bytes (``big3``, ``d``, ``e``); a model that kept the copy (100 bytes) live past ``D``
+    counts it there too, calls the double drop a misfit and settles for ``B`` recomputed (cost 5).
+    No other test failed with that bound removed."""
+    graph = read_before_a_tail()
+    twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
+    profile = sim.order_profile(twice, range(len(twice.ops)))
+    assert peak(twice) == 410 and max(profile[-2:]) == 352
+    assert least_family_cost(graph, 410) == 2.0
+    for budget in (410, 409):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
 def read_from_two_kept() -> Graph:
     """``a`` (200 bytes, from ``w1``, 10) and ``b`` (200, from ``w2``, 150) both read by ``C0``,
     ``C1`` and ``D`` across two heavy stretches, ``q2`` 100 bytes: with both dropped twice,
