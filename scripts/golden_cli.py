@@ -59,7 +59,8 @@ def _cases(folder: Path, big: bool, tree: Path, rows: bytes) -> dict[str, Path]:
         config("file100k", f"model: {{graph: {{path: t3600.json}}}}\ndevices: [{DEVICE}]\n")
     config("two_devices", f"{graph}devices: [{{count: 2, capacity: 1000GiB}}]\n")
     config("remat", f"{graph}devices: [{DEVICE}]\nplanner: {{remat: {{policy: mirror}}}}\n")
-    config("parallel_safe_misfit", f"{graph}devices: [{{name: gpu0, capacity: 64MiB}}]\nplanner: {{parallel_safe: true}}\n")
+    config("parallel_safe_misfit",
+           f"{graph}devices: [{{name: gpu0, capacity: 64MiB}}]\nplanner: {{parallel_safe: true}}\n")
     (folder / "bad.json").write_text('{"tensors": {"x": {"bytes": -1}}, "ops": []}\n')
     config("bad_file", f"model: {{graph: {{path: bad.json}}}}\ndevices: [{DEVICE}]\n")
     configs["quickstart"] = REPO / "configs" / "quickstart.yaml"
@@ -75,7 +76,8 @@ def _run(tree: Path, config: Path, out: Path) -> dict[str, object]:
     graph_hash = json.loads(plan.read_text())["graph"]["hash"] if plan.exists() else str(out)
 
     def masked(text: str) -> str:
-        return text.replace(str(out), "<out>").replace(str(config.parent), "<cases>").replace(graph_hash, "<graph hash>")
+        text = text.replace(str(out), "<out>").replace(str(config.parent), "<cases>")
+        return text.replace(graph_hash, "<graph hash>")
 
     result: dict[str, object] = {"exit": done.returncode, "stdout": masked(done.stdout),
                                  "stderr": masked(done.stderr)}
@@ -106,7 +108,8 @@ def main() -> int:
             print(f"{name}: exit {a['exit']}/{b['exit']}, {len(a) - 3} files: {'identical' if same else 'DIFFERENT'}")
             if not same:
                 key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-                print(f"  first difference in {key}:\n  old: {str(a.get(key))[:300]!r}\n  new: {str(b.get(key))[:300]!r}")
+                old_text, new_text = str(a.get(key))[:300], str(b.get(key))[:300]
+                print(f"  first difference in {key}:\n  old: {old_text!r}\n  new: {new_text!r}")
     return 1 if failed else 0
 
 

@@ -81,7 +81,8 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     Without ``truth`` the plan's own devices and settings are taken on trust.
     """
     if not hash_matches(plan.graph_hash, graph):  # an older plan carries the older version of the hash
-        _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {graph_hash_like(plan.graph_hash, graph)}")
+        given = graph_hash_like(plan.graph_hash, graph)
+        _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {given}")
     if truth is None:
         truth = truth_from_plan(plan)
     check_agrees(plan, truth)
