@@ -6,7 +6,8 @@ runs ``__post_init__``, one Python call per record: about a third of what making
 costs (the buffers: 0.32 -> 0.21 CPU s).  ``from_columns`` makes the bare instances and fills each
 field's slot over a whole column by ``map``, in C, and runs no ``__post_init__``:
 for a caller whose values are valid by construction (a pass's own results) or checked
-first (a graph file's columns, ``capture.graph_columns``), never for unchecked input.  The records are equal to, and behave as, those the constructor makes.
+first (a graph file's columns, ``capture.graph_columns``), never for unchecked input.  The records are equal to, and
+behave as, those the constructor makes.
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True, slots=True)

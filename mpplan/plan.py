@@ -207,11 +207,12 @@ class Plan:
             )
             for i, d in enumerate(reader.items(data.get("devices"), "devices"))
         )
+        device, offset, size = _BUFFER_FIELDS  # as ``to_dict`` writes them; ``Buffer`` takes them in this order
         buffers = {
             str(name): Buffer(
-                device=reader.string(b.get("device"), f"buffers.{name}.device"),
-                offset=reader.integer(b.get("offset"), f"buffers.{name}.offset"),
-                bytes=reader.integer(b.get("bytes"), f"buffers.{name}.bytes"),
+                reader.string(b.get(device), f"buffers.{name}.{device}"),
+                reader.integer(b.get(offset), f"buffers.{name}.{offset}"),
+                reader.integer(b.get(size), f"buffers.{name}.{size}"),
             )
             for name, b in reader.mapping(data.get("buffers"), "buffers").items()
         }
@@ -280,10 +281,7 @@ def _block_dict(block: Block) -> dict[str, Any]:
 def save_plan(plan: Plan, path: str | Path) -> Path:
     """Write ``plan.json`` atomically (a temp file renamed into place): ``plan.to_dict()``, its
     buffers taken by column from the ``Buffer`` records instead of a dict made for each."""
-    records = plan.buffers.values()
-    columns = tuple(list(map(attrgetter(field), records)) for field in _BUFFER_FIELDS)
-    buffers = Table(list(plan.buffers), _BUFFER_FIELDS, columns)
-    return write_json_atomic(plan._document(buffers), path)
+    return write_json_atomic(plan._document(Table.of(plan.buffers, _BUFFER_FIELDS, attrgetter)), path)
 
 
 def load_plan(path: str | Path) -> Plan:

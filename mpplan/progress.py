@@ -36,7 +36,8 @@ class Bar:
 
 
 @contextmanager
-def progress(desc: str, total: int, *, unit: str = "it", enabled: bool = True, file: TextIO | None = None) -> Iterator[Bar]:
+def progress(desc: str, total: int, *, unit: str = "it", enabled: bool = True,
+             file: TextIO | None = None) -> Iterator[Bar]:
     """A bar over ``total`` units of work, drawn only where a person is watching (see the module docstring)."""
     stream = file or sys.stderr
     watching = enabled and total > 0 and stream.isatty() and logging.getLogger("mpplan").isEnabledFor(logging.INFO)

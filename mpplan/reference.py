@@ -19,7 +19,8 @@ def config_reference() -> str:
         rows.append(f"| `{key}` | {kind.replace('|', '&#124;')} | {default.replace('|', '&#124;')} | {doc} |")
     return (
         "# Configuration reference\n\n"
-        "Generated from `mpplan/config/schema.py` by `python scripts/gen_docs.py`; a test keeps it in step with the code.\n"
+        "Generated from `mpplan/config/schema.py` by `python scripts/gen_docs.py`; "
+        "a test keeps it in step with the code.\n"
         "Sizes accept `16GiB`, `512MB` or integers. Any key can be overridden with `--set dotted.key=value`.\n"
         "YAML is read with a safe loader only; `model.torch.factory` imports and calls user code by design, "
         "so run configs you trust.\n"

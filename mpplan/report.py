@@ -81,7 +81,8 @@ def _plan_facts(plan: Plan) -> list[str]:
         recomputed = sum(int(r.get("bytes", 0)) for r in plan.remat)
         facts.append(
             f"recomputation ({plan.settings.get('remat', {}).get('policy', '?')}): {len(plan.remat)} tensors, "
-            f"{_bytes(recomputed)} made again in the backward pass; compute overhead +{100 * plan.compute_overhead:.1f}%"
+            f"{_bytes(recomputed)} made again in the backward pass; "
+            f"compute overhead +{100 * plan.compute_overhead:.1f}%"
         )
     return facts
 
@@ -159,7 +160,8 @@ def write_report(
             "`--html` adds a web page."
         )
     if baselines:
-        sections.append("## Baselines\n\n" + _md_table(("baseline", "peak"), [(k, _bytes(v)) for k, v in baselines.items()]))
+        peaks = [(k, _bytes(v)) for k, v in baselines.items()]
+        sections.append("## Baselines\n\n" + _md_table(("baseline", "peak"), peaks))
     if measurement:
         sections.append(_measurement_markdown(measurement))
     if results:
@@ -178,7 +180,8 @@ def write_report(
 
 def _plan_markdown(plan: Plan) -> str:
     table = _md_table(DEVICE_HEADERS, _device_rows(plan))
-    lines = [f"Graph hash `{plan.graph_hash}`, {len(plan.schedule)} steps, predicted peak {_bytes(plan.max_peak_bytes)}."]
+    lines = [f"Graph hash `{plan.graph_hash}`, {len(plan.schedule)} steps, "
+             f"predicted peak {_bytes(plan.max_peak_bytes)}."]
     lines += [fact[0].upper() + fact[1:] + "." for fact in _plan_facts(plan)]
     return "## Plan\n\n" + "\n\n".join(lines) + "\n\n" + table
 
@@ -212,7 +215,8 @@ def candidate_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         measurement = r.get("measurement") or {}
-        measured = [d["measured_peak_bytes"] for d in measurement.get("devices", []) if d.get("measured_peak_bytes") is not None]
+        measured = [d["measured_peak_bytes"] for d in measurement.get("devices", [])
+                    if d.get("measured_peak_bytes") is not None]
         predicted = (r.get("predicted") or {}).get("max_peak_bytes")
         rows.append(
             {
@@ -288,5 +292,7 @@ def _html(markdown: str) -> str:
         elif line.strip():
             body.append(f"<p>{escape(line)}</p>")
     flush()
-    style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}"
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>mpplan report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}")
+    head = f"<head><meta charset='utf-8'><title>mpplan report</title><style>{style}</style></head>"
+    return f"<!doctype html><html>{head}<body>{''.join(body)}</body></html>\n"

@@ -115,7 +115,8 @@ def write_case(layers: int, folder: Path, tree: Path) -> tuple[Path, int, float]
 
 
 def run_child(config: Path, out: Path, tree: Path) -> dict:
-    """The command once, in a fresh interpreter importing ``tree``'s mpplan: its times, and its wall time from outside."""
+    """The command once, in a fresh interpreter importing ``tree``'s mpplan: its times, and its wall time from
+    outside."""
     import os
     import shutil
     import subprocess

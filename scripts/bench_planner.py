@@ -152,7 +152,8 @@ def section(quick: bool) -> str:
             stamp(rerun("bench_planner.py", quick)),
             "### LOAD of each schedule (live dynamic memory; static is order-independent)",
             table(["graph", "ops", "static"] + list(HEURISTICS) + ["auto <= best heuristic"], sched_rows),
-            "### Arena of each assigner against LOAD (alignment 1), in the as-given and the auto order; excess in bytes",
+            "### Arena of each assigner against LOAD (alignment 1), in the as-given and the auto order; "
+            "excess in bytes",
             f"greedy_by_size is left out (`-`) over {GREEDY_BY_SIZE_MAX_OPS:,} ops: it enumerates every pair of "
             "overlapping lifetimes, which is quadratic on long training graphs (out of memory at 100k ops).",
             table(

@@ -192,7 +192,8 @@ def run_policies(case: TorchCase) -> list[RematRun]:
             case.program, planned, case.model, case.inputs, steps=EXECUTOR_STEPS, warmup=1, devices="virtual",
             eager=False,
         )
-        log(f"  {label}: measured {human(measurement.devices[0].measured_peak_bytes)}, steps {measurement.step_times_s}")
+        measured = human(measurement.devices[0].measured_peak_bytes)
+        log(f"  {label}: measured {measured}, steps {measurement.step_times_s}")
         runs.append(RematRun(label, planned, measurement))
     return runs
 
@@ -278,7 +279,8 @@ def executor_tables(quick: bool) -> list[str]:
             "in arena mode on a virtual device (CPU memory, every storage accounted): the measured peak is "
             "exact there.  Activation = measured peak - static (params, grads, Adam state, inputs).  Step time: "
             f"the fastest of {EXECUTOR_STEPS} timed steps after one warm-up, one torch thread (on a CPU, "
-            "so recomputation costs what it would on a GPU only roughly).  Compute overhead: the planner's predicted added op "
+            "so recomputation costs what it would on a GPU only roughly).  Compute overhead: the planner's "
+            "predicted added op "
             f"cost.  Target: activation memory >= {ACTIVATION_TARGET:g}x lower with <= "
             f"{100 * (TIME_TARGET - 1):.0f}% more step time."
         ),
@@ -324,7 +326,8 @@ def checkmate_tables(quick: bool, time_limit: float) -> list[str]:
         assert graph_seconds < GRAPH_SECONDS, f"{name} took {graph_seconds:.0f}s"
     chain_rows, exponent, note = sqrt_fit()
     return [
-        f"### Budgets on the Checkmate graphs (fraction of the no-remat peak of the node-id order); MILP backend: {backend}",
+        "### Budgets on the Checkmate graphs (fraction of the no-remat peak of the node-id order); "
+        f"MILP backend: {backend}",
         (
             "Peak / baseline of the rewritten graph's as-given order (fits: <= the budget), compute "
             "overhead (added op cost / total op cost), seconds; for the exact solver (MILP, "

@@ -95,7 +95,8 @@ def section(quick: bool) -> str:
                 "One search, every candidate measured, on a local Ray with 1 and then 2 evaluator actors "
                 "(one CPU each; this machine has 2).  `first evaluation`: mean seconds of each actor's first "
                 "candidate, which also imports torch, builds and captures the model; `later evaluations`: "
-                "mean seconds of the others (1 warm-up and 5 timed steps each); `measured phase`: wall seconds from the first evaluation "
+                "mean seconds of the others (1 warm-up and 5 timed steps each); `measured phase`: wall seconds "
+                "from the first evaluation "
                 "handed to an actor to the last result; `search`: the whole `run_search` (planning every "
                 "point, starting the actors, measuring); speed-up: measured phase on 1 actor / on N."
             ),

@@ -10,8 +10,10 @@ wherever else it is written): a tree that moved to another version of the hash (
 writes another string for the same graph.  Each tree reads graph files its own ``save_graph`` wrote
 (``benchlib.synthetic_graph_file``), in a folder of its own whose path is masked too: a tree before the
 columnar layout reads rows, a tree since reads columns.  Cases: a synthetic transformer graph file (10k ops;
-``--big`` adds 100k), on two devices, with remat (``mirror``), with ``parallel_safe`` on devices
-too small (exit 3), ``configs/quickstart.yaml``, and a bad graph file (exit 2, one line).
+``--big`` adds 100k), the same graph in an old row-layout file, one file written by this tree that both
+trees read (rows stay a supported input, though a tree since columns writes columns by default), on two
+devices, with remat (``mirror``), with ``parallel_safe`` on devices too small (exit 3),
+``configs/quickstart.yaml``, and a bad graph file (exit 2, one line).
 Exit 0 when every case agrees; else prints the first difference of each case that differs.
 """
 
@@ -27,8 +29,17 @@ REPO = Path(__file__).resolve().parent.parent
 DEVICE = "{name: gpu0, capacity: 1000GiB}"
 
 
-def _cases(folder: Path, big: bool, tree: Path) -> dict[str, Path]:
-    """Config of each case, written into ``folder`` beside the graph files they read, which ``tree`` writes."""
+def _rows_file(path: Path) -> None:
+    """Write the 10k-op graph of the ``file10k`` case to ``path`` in rows, with this tree's ``save_graph``."""
+    from mpplan.capture.graph_file import save_graph
+    from mpplan.capture.synthetic import synthetic_graph
+
+    save_graph(synthetic_graph("transformer", layers=360, train=True), path, layout="rows")
+
+
+def _cases(folder: Path, big: bool, tree: Path, rows: bytes) -> dict[str, Path]:
+    """Config of each case, written into ``folder`` beside the graph files they read, which ``tree`` writes
+    (but for ``rows``, the text of the row-layout file, the same for each tree)."""
     from benchlib import synthetic_graph_file
 
     folder.mkdir()
@@ -42,11 +53,14 @@ def _cases(folder: Path, big: bool, tree: Path) -> dict[str, Path]:
         synthetic_graph_file(tree, layers, folder / f"t{layers}.json")
     graph = "model: {graph: {path: t360.json}}\n"
     config("file10k", f"{graph}devices: [{DEVICE}]\n")
+    (folder / "rows.json").write_bytes(rows)
+    config("rows10k", f"model: {{graph: {{path: rows.json}}}}\ndevices: [{DEVICE}]\n")
     if big:
         config("file100k", f"model: {{graph: {{path: t3600.json}}}}\ndevices: [{DEVICE}]\n")
     config("two_devices", f"{graph}devices: [{{count: 2, capacity: 1000GiB}}]\n")
     config("remat", f"{graph}devices: [{DEVICE}]\nplanner: {{remat: {{policy: mirror}}}}\n")
-    config("parallel_safe_misfit", f"{graph}devices: [{{name: gpu0, capacity: 64MiB}}]\nplanner: {{parallel_safe: true}}\n")
+    config("parallel_safe_misfit",
+           f"{graph}devices: [{{name: gpu0, capacity: 64MiB}}]\nplanner: {{parallel_safe: true}}\n")
     (folder / "bad.json").write_text('{"tensors": {"x": {"bytes": -1}}, "ops": []}\n')
     config("bad_file", f"model: {{graph: {{path: bad.json}}}}\ndevices: [{DEVICE}]\n")
     configs["quickstart"] = REPO / "configs" / "quickstart.yaml"
@@ -62,7 +76,8 @@ def _run(tree: Path, config: Path, out: Path) -> dict[str, object]:
     graph_hash = json.loads(plan.read_text())["graph"]["hash"] if plan.exists() else str(out)
 
     def masked(text: str) -> str:
-        return text.replace(str(out), "<out>").replace(str(config.parent), "<cases>").replace(graph_hash, "<graph hash>")
+        text = text.replace(str(out), "<out>").replace(str(config.parent), "<cases>")
+        return text.replace(graph_hash, "<graph hash>")
 
     result: dict[str, object] = {"exit": done.returncode, "stdout": masked(done.stdout),
                                  "stderr": masked(done.stderr)}
@@ -83,7 +98,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mpplan-golden-") as tmp:
         folder = Path(tmp)
         trees = {"old": old, "new": REPO}
-        cases = {label: _cases(folder / label, big, tree) for label, tree in trees.items()}
+        _rows_file(folder / "rows.json")
+        rows = (folder / "rows.json").read_bytes()
+        cases = {label: _cases(folder / label, big, tree, rows) for label, tree in trees.items()}
         for name in cases["new"]:
             a, b = (_run(tree, cases[label][name], folder / f"out-{name}-{label}") for label, tree in trees.items())
             same = a == b
@@ -91,7 +108,8 @@ def main() -> int:
             print(f"{name}: exit {a['exit']}/{b['exit']}, {len(a) - 3} files: {'identical' if same else 'DIFFERENT'}")
             if not same:
                 key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-                print(f"  first difference in {key}:\n  old: {str(a.get(key))[:300]!r}\n  new: {str(b.get(key))[:300]!r}")
+                old_text, new_text = str(a.get(key))[:300], str(b.get(key))[:300]
+                print(f"  first difference in {key}:\n  old: {old_text!r}\n  new: {new_text!r}")
     return 1 if failed else 0
 
 

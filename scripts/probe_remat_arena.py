@@ -91,7 +91,8 @@ def main() -> None:
                 cells.append(f"arena {result.arena}, fits {args.budget}: {fits}")
         print(f"{order}: LOAD {result.load}; " + "; ".join(cells), flush=True)
         for band in args.band:
-            print(f"  {order}: {band_line(found[order], int(args.budget * found['peak']), band, args.band_limit)}", flush=True)
+            line = band_line(found[order], int(args.budget * found["peak"]), band, args.band_limit)
+            print(f"  {order}: {line}", flush=True)
 
 
 def band_line(rows: list[list[int]], budget: int, band: int, seconds: float) -> str:

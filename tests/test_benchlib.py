@@ -1,4 +1,5 @@
-"""scripts/benchlib.py: the suite rewrites docs/benchmarks.md without losing what it does not run; graph files per tree."""
+"""scripts/benchlib.py: the suite rewrites docs/benchmarks.md without losing what it does not run; graph files
+per tree."""
 
 from __future__ import annotations
 

@@ -222,7 +222,8 @@ def test_bad_config_key_is_one_line(capsys, tmp_path):
     config = write_config(tmp_path, "model: {synthetic: {kind: chain, n: 3}}\nplanner: {schedul: dfs}\n")
     code, _, err = run(capsys, "plan", str(config))
     assert code == 2
-    assert err == f"mpplan: error: {config}: planner.schedul: unknown key; expected one of schedule, assign, alignment, parallel_safe, grads, placement, device_map, no_split, shift, remat\n"
+    assert err == (f"mpplan: error: {config}: planner.schedul: unknown key; expected one of schedule, assign, "
+                   "alignment, parallel_safe, grads, placement, device_map, no_split, shift, remat\n")
 
 
 def test_plan_without_devices_is_an_error(capsys, tmp_path):

@@ -364,7 +364,8 @@ def test_mxnet_threshold_search_measures_the_generated_thresholds(tmp_path):
         "search": {"space": {"planner.remat.threshold": {"generate": "mxnet", "ntrial": 4}}, "top_k": 3, "actors": 1},
     }
     cfg = parse_config(raw, str(tmp_path / "search.yaml"))
-    summary = run_search(cfg, out=tmp_path / "out", progress=False, evaluate_candidate=FakeEvaluator(str(tmp_path / "l")))
+    summary = run_search(cfg, out=tmp_path / "out", progress=False,
+                         evaluate_candidate=FakeEvaluator(str(tmp_path / "l")))
     results = lines(tmp_path / "out" / "results.jsonl")
     from mpplan.passes.remat import mirror_thresholds
 

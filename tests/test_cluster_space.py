@@ -66,7 +66,8 @@ def test_axis_values(spec, values):
         ({"space": {"workload.batch": []}}, "s.yaml: search.space.workload.batch: empty list"),
         (
             {"space": {"workload.batch": [8, -4]}},
-            "s.yaml: search.space.workload.batch: value -4 does not make a valid config: workload.batch: must be positive",
+            "s.yaml: search.space.workload.batch: value -4 does not make a valid config: "
+            "workload.batch: must be positive",
         ),
         ({"space": {"workload.batch": {"min": -8, "max": 8, "step": 8}}}, "value -8 does not make a valid config"),
         (
@@ -271,7 +272,8 @@ def test_mxnet_generator_makes_mxnets_thresholds_from_the_base_graph():
 @pytest.mark.parametrize(
     ("space", "remat", "message"),
     [
-        ({"planner.remat.budget": {"generate": "mxnet"}}, "mirror", "unknown generator 'mxnet' for planner.remat.budget"),
+        ({"planner.remat.budget": {"generate": "mxnet"}}, "mirror",
+         "unknown generator 'mxnet' for planner.remat.budget"),
         ({"planner.remat.threshold": {"generate": "chen"}}, "mirror", "unknown generator 'chen'"),
         ({"planner.remat.threshold": {"generate": "mxnet", "ntrial": 0}}, "mirror", "ntrial: expected a positive"),
         ({"planner.remat.threshold": {"generate": "mxnet", "steps": 3}}, "mirror", "takes generate and ntrial"),

@@ -538,7 +538,8 @@ def test_format_argument(tmp_path):
     path = write(tmp_path, json.dumps(links), "nl.json")
     assert [o.name for o in load_graph(path).ops] == ["a"]
     assert [o.name for o in load_graph(path, format="node-link").ops] == ["a"]
-    assert error(path, format="mpplan") == f"{path}: nodes: unknown key; expected one of name, layout, tensors, ops, outputs"
+    expected = f"{path}: nodes: unknown key; expected one of name, layout, tensors, ops, outputs"
+    assert error(path, format="mpplan") == expected
     with pytest.raises(ValueError, match="format: expected one of auto, mpplan, node-link, got 'xml'"):
         load_graph(path, format="xml")
 

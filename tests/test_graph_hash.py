@@ -133,7 +133,8 @@ def test_a_search_keys_its_points_by_version_1_so_a_stored_search_resumes(tmp_pa
     from mpplan.config import resolve_devices
 
     save_graph(tiny(), tmp_path / "tiny.yaml")
-    base = {"model": {"graph": {"path": str(tmp_path / "tiny.yaml")}}, "devices": [{"name": "gpu0", "capacity": "1MiB"}]}
+    base = {"model": {"graph": {"path": str(tmp_path / "tiny.yaml")}},
+            "devices": [{"name": "gpu0", "capacity": "1MiB"}]}
     planner = PointPlanner(base, str(tmp_path / "search.yaml"), ResultStore(tmp_path / "out"), lambda _: None)
     point = planner.resolve(())
     assert isinstance(point, Candidate)

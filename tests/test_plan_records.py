@@ -10,7 +10,7 @@ import pytest
 from conftest import device
 from mpplan.capture import synthetic
 from mpplan.errors import PlanError
-from mpplan.plan import Plan, PlanSettings, RematRecord, load_plan, save_plan
+from mpplan.plan import _BUFFER_FIELDS, Buffer, Plan, PlanSettings, RematRecord, load_plan, save_plan
 from mpplan.planner import PlannerSettings, plan
 from mpplan.verify import verify
 
@@ -70,6 +70,12 @@ def test_an_old_or_hand_written_settings_mapping_loads_and_saves_as_it_was(remat
     assert Plan.from_dict(loaded.to_dict()).to_dict() == loaded.to_dict()
 
 
+def test_the_buffer_fields_are_the_records_fields_in_order() -> None:
+    """plan.json's buffer fields are written and read from one list, ``_BUFFER_FIELDS``; the reader hands them
+    to ``Buffer`` by position, so they must be its fields in its order."""
+    assert _BUFFER_FIELDS == tuple(f.name for f in dataclasses.fields(Buffer))
+
+
 @pytest.mark.parametrize(
     "where, value, message",
     [
@@ -78,6 +84,8 @@ def test_an_old_or_hand_written_settings_mapping_loads_and_saves_as_it_was(remat
         ("settings", {"alignment": True}, "planner.settings.alignment: expected an integer, got True"),
         ("settings", {"device_map": {"a": 1}}, "planner.settings.device_map: expected a mapping of module prefix"),
         ("settings", {"no_split": [1]}, "planner.settings.no_split: expected a list of module prefixes"),
+        ("buffer", {"device": "cuda:0", "offset": "0", "bytes": 8}, "buffers.t.offset: expected an integer, got '0'"),
+        ("buffer", {"device": 0, "offset": 0, "bytes": 8}, "buffers.t.device: expected a string, got 0"),
         ("remat", [{"tensor": "t"}], "remat[0].op: missing"),
         ("remat", [{"tensor": "t", "op": "o", "recompute_op": "r", "recompute_tensor": "s", "bytes": "8"}],
          "remat[0].bytes: expected an integer, got '8'"),
@@ -92,6 +100,8 @@ def test_a_malformed_record_is_a_plan_error_naming_the_file_and_field(rematted, 
     data = planned.to_dict()
     if where == "settings":
         data["planner"]["settings"] = value
+    elif where == "buffer":
+        data["buffers"] = {"t": value}
     else:
         data["remat"] = value
     path = tmp_path / "bad.json"

@@ -25,7 +25,8 @@ from mpplan.passes.remat import apply_recompute, build_model
 from mpplan.passes.remat.api import result_of
 from mpplan.passes.remat.cutexact import option_of, solve_program
 from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours
-from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, storage_users
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names
+from mpplan.passes.remat.model import storage_users
 from mpplan.verify import verify
 
 #: Brute-force combinations past which a drawn graph is not checked (seconds each).
@@ -171,21 +172,54 @@ def test_the_second_copy_counts_at_its_own_recompute() -> None:
         assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
 
 
-def read_from_two_kept() -> Graph:
-    """``a`` (200 bytes, from ``w1``, 10) and ``b`` (200, from ``w2``, 150) both read by ``C0``,
-    ``C1`` and ``D`` across two heavy stretches, ``q2`` 100 bytes: with both dropped twice,
-    ``A``'s and then ``B``'s second recompute run before ``D``."""
-    act = Tensor
-    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 10), act("w2", 150), act("a", 200), act("b", 200), act("c0", 1),
-               act("big1", 350), act("q1", 1), act("c1", 1), act("big2", 300), act("q2", 100),
-               Tensor("d", 1, Kind.OUTPUT))
+def two_read_across_two_stretches(name: str, sizes: dict[str, int], a_reads: tuple[str, ...],
+                                   b_reads: tuple[str, ...]) -> Graph:
+    """``a`` (made by ``A`` from ``a_reads``) and ``b`` (by ``B`` from ``b_reads``) both read by
+    ``C0``, ``C1`` and ``D`` across two heavy stretches (``P1``/``Q1``, ``P2``/``Q2``); ``w1`` and
+    ``w2`` made from ``x``; ``sizes`` gives every tensor's bytes but ``x``'s (8) and the chain's (1)."""
+    act, n = Tensor, sizes
+    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", n["w1"]), act("w2", n["w2"]), act("a", n["a"]), act("b", n["b"]),
+               act("c0", 1), act("big1", n["big1"]), act("q1", n["q1"]), act("c1", 1), act("big2", n["big2"]),
+               act("q2", n["q2"]), Tensor("d", n["d"], Kind.OUTPUT))
     ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
-           Op("A", "f", ("w1",), ("a",), 1.0), Op("B", "f", ("w2",), ("b",), 1.0),
+           Op("A", "f", a_reads, ("a",), 1.0), Op("B", "f", b_reads, ("b",), 1.0),
            Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
            Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "b", "q1", "c0"), ("c1",), 1.0),
            Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
            Op("D", "f", ("a", "b", "q2", "c1"), ("d",), 1.0))
-    return Graph("read_from_two_kept", tensors, ops, ("d",)).validate()
+    return Graph(name, tensors, ops, ("d",)).validate()
+
+
+def read_before_a_tail() -> Graph:
+    """``twice_read`` with a tail after ``D``, the last reader of ``a``: ``P3`` makes ``big3``
+    (350 bytes) and ``E`` reads it and ``d``."""
+    base = twice_read()
+    tensors = (*base.tensors[:-1], Tensor("d", 1), Tensor("big3", 350), Tensor("e", 1, Kind.OUTPUT))
+    ops = (*base.ops, Op("P3", "f", ("x",), ("big3",), 1.0), Op("E", "f", ("big3", "d"), ("e",), 1.0))
+    return Graph("read_before_a_tail", tensors, ops, ("e",)).validate()
+
+
+def test_the_second_copy_dies_after_its_last_reader() -> None:
+    """Rule: the second copy is live up to its tensor's last use (``p <= model.last[j]`` in
+    ``DoubleProgram._versions``), not to the end.  ``A`` dropped twice fits 410 (cost 2), the tail
+    holding 352 bytes (``big3``, ``d``, ``e``); a model that kept the copy (100 bytes) live past ``D``
+    counts it there too, calls the double drop a misfit and settles for ``B`` recomputed (cost 5).
+    No other test failed with that bound removed."""
+    graph = read_before_a_tail()
+    twice = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D")], (), {}))
+    profile = sim.order_profile(twice, range(len(twice.ops)))
+    assert peak(twice) == 410 and max(profile[-2:]) == 352
+    assert least_family_cost(graph, 410) == 2.0
+    for budget in (410, 409):
+        assert milp2_cost(graph, budget) == least_family_cost(graph, budget)
+
+
+def read_from_two_kept() -> Graph:
+    """``a`` (200 bytes, from ``w1``, 10) and ``b`` (200, from ``w2``, 150) both read by ``C0``,
+    ``C1`` and ``D`` across two heavy stretches, ``q2`` 100 bytes: with both dropped twice,
+    ``A``'s and then ``B``'s second recompute run before ``D``."""
+    sizes = {"w1": 10, "w2": 150, "a": 200, "b": 200, "big1": 350, "q1": 1, "big2": 300, "q2": 100, "d": 1}
+    return two_read_across_two_stretches("read_from_two_kept", sizes, ("w1",), ("w2",))
 
 
 def test_second_recomputes_before_one_op_run_in_order() -> None:
@@ -240,19 +274,10 @@ def test_second_recomputes_before_one_op_run_in_the_order_of_their_first_cuts() 
 
 
 def sharing_an_input() -> Graph:
-    """``A`` and ``B`` both read ``w2`` (83 bytes) and are read by ``C0``, ``C1`` and ``C2``
+    """``A`` and ``B`` both read ``w2`` (83 bytes) and are read by ``C0``, ``C1`` and ``D``
     across two heavy stretches (found by a random search against the brute force)."""
-    act = Tensor
-    tensors = (Tensor("x", 8, Kind.INPUT), act("w1", 68), act("w2", 83), act("a", 56), act("b", 150), act("c0", 1),
-               act("big1", 330), act("q1", 24), act("c1", 1), act("big2", 322), act("q2", 51),
-               Tensor("out", 22, Kind.OUTPUT))
-    ops = (Op("W1", "f", ("x",), ("w1",), 1.0), Op("W2", "f", ("x",), ("w2",), 1.0),
-           Op("A", "f", ("x", "w2"), ("a",), 1.0), Op("B", "f", ("w2", "x"), ("b",), 1.0),
-           Op("C0", "f", ("a", "b"), ("c0",), 1.0), Op("P1", "f", ("x",), ("big1",), 1.0),
-           Op("Q1", "f", ("big1",), ("q1",), 1.0), Op("C1", "f", ("a", "b", "q1", "c0"), ("c1",), 1.0),
-           Op("P2", "f", ("x",), ("big2",), 1.0), Op("Q2", "f", ("big2",), ("q2",), 1.0),
-           Op("C2", "f", ("a", "b", "q2", "c1"), ("out",), 1.0))
-    return Graph("sharing_an_input", tensors, ops, ("out",)).validate()
+    sizes = {"w1": 68, "w2": 83, "a": 56, "b": 150, "big1": 330, "q1": 24, "big2": 322, "q2": 51, "d": 22}
+    return two_read_across_two_stretches("sharing_an_input", sizes, ("x", "w2"), ("w2", "x"))
 
 
 def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
@@ -262,7 +287,7 @@ def test_an_input_read_by_two_second_recomputes_counts_once() -> None:
     candidates' double columns counted 2 * 83 bytes (or needed an auxiliary at least 2), and the
     MILP found nothing under 520."""
     graph = sharing_an_input()
-    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "C2"), Drop("B", "b", "C1", "C2")], (), {}))
+    both = apply_recompute(graph, *joint_names([Drop("A", "a", "C1", "D"), Drop("B", "b", "C1", "D")], (), {}))
     assert peak(both) == 465 and least_family_cost(graph, 465) == 4.0
     assert milp2_cost(graph, 465) == 4.0
 

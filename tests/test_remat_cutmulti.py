@@ -27,7 +27,8 @@ from mpplan.passes.remat import api, apply_recompute, build_model, remat
 from mpplan.passes.remat.api import MULTI_SHARE, SEARCH_SHARE, result_of
 from mpplan.passes.remat import cutmulti
 from mpplan.passes.remat.cutexact import choice_names
-from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi, storage_users
+from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
+from mpplan.passes.remat.model import storage_users
 from mpplan.verify import verify
 
 
@@ -99,6 +100,16 @@ def test_the_search_goes_on_from_double_drops() -> None:
     found = search_multi(graph, names, cuts, 410, time.perf_counter() + 10.0)
     assert found is not None and (found.names, found.from_ops, found.cost) == (
         ("A", "A@recompute"), {"a": "C1", "a@recompute": "D"}, 2.0)
+
+
+def test_storage_users_count_a_views_users_as_its_bases() -> None:
+    """Ops by storage (numbered by root tensor), ascending: ``C`` reads the view ``v``, so it uses ``a``."""
+    tensors = (Tensor("x", 8, Kind.INPUT), Tensor("a", 8), Tensor("v", 8, alias_of="a"), Tensor("b", 8),
+               Tensor("c", 8, Kind.OUTPUT))
+    ops = (Op("A", "f", ("x",), ("a",)), Op("V", "view", ("a",), ("v",)), Op("B", "f", ("x",), ("b",)),
+           Op("C", "f", ("v", "b"), ("c",)))
+    graph = Graph("g", tensors, ops, ("c",)).validate()
+    assert storage_users(graph) == {0: [0, 2], 1: [0, 1, 3], 3: [2, 3], 4: [3]}
 
 
 def test_drops_of_pairs_the_gaps_of_single_output_ops() -> None:

@@ -61,7 +61,8 @@ def test_report_with_measurement_and_search_results(tmp_path):
     p = plan(graph, [Device("g0", 64 << 20), Device("g1", 64 << 20)], PlannerSettings(placement="pipeline"))
     measurement = {
         "devices": [
-            {"name": d.name, "predicted_peak_bytes": d.peak_bytes, "measured_peak_bytes": d.peak_bytes, "error_pct": 0.0}
+            {"name": d.name, "predicted_peak_bytes": d.peak_bytes, "measured_peak_bytes": d.peak_bytes,
+             "error_pct": 0.0}
             for d in p.devices
         ],
         "eager": {"devices": [{"name": "g0", "measured_peak_bytes": 20 << 20}], "step_time_s": 0.02},

@@ -163,7 +163,8 @@ def test_measurement_json(cases) -> None:
 def _clobbered(case: Case, planned: Plan) -> tuple[Plan, str, str]:
     """``planned`` with a later tensor's buffer moved onto an earlier one that is still live."""
     graph = placed_graph(case.program.graph, planned).graph
-    ranges = [r for r in live_ranges(graph, range(len(graph.ops))).ranges if graph.tensors[r.storage].name in planned.buffers]
+    ranges = [r for r in live_ranges(graph, range(len(graph.ops))).ranges
+              if graph.tensors[r.storage].name in planned.buffers]
     pairs = [
         (b.nbytes, a, b)
         for a in ranges
@@ -204,7 +205,8 @@ def test_the_meter_measures_tensors_not_lifetimes(cases) -> None:
     measured = {}
     for name, sched in (("exact", schedule), ("leaky", leaky)):
         meter = StorageMeter()
-        Executor(sched, case.model, case.inputs, map_devices(["cuda:0"], "virtual"), arena=False, meter=meter).run_step()
+        devices = map_devices(["cuda:0"], "virtual")
+        Executor(sched, case.model, case.inputs, devices, arena=False, meter=meter).run_step()
         measured[name] = meter.peaks["cuda:0"]
     assert measured["exact"] == planned.devices[0].lower_bound_bytes
     assert measured["leaky"] > measured["exact"]
@@ -432,7 +434,8 @@ GPT_BIG = ({"vocab_size": 1024, "max_seq_len": 128, "d_model": 128, "n_heads": 4
 
 
 def _cuda_case(ndev: int, size: tuple[dict[str, Any], dict[str, Any]] | None = None) -> tuple[Case, Plan]:
-    """The zoo GPT (tiny unless ``size``) traced for CUDA kernels (attention lowers differently than on CPU) and planned."""
+    """The zoo GPT (tiny unless ``size``) traced for CUDA kernels (attention lowers differently than on CPU) and
+    planned."""
     model_kwargs, input_kwargs = size or MODELS["gpt"][:2]
     torch.manual_seed(0)
     model = zoo.build("gpt", **model_kwargs)

@@ -374,17 +374,23 @@ def test_longest_path_orders_the_sources_as_memongers_tree_reads_them(graph: Gra
 
 def test_longest_path_of_a_one_source_graph_computes_no_heights(monkeypatch: pytest.MonkeyPatch) -> None:
     """A training step with one source (the synthetic transformer's) has nothing to order by
-    height: the depth-first walk from that source is the whole heuristic."""
-    graph = synthetic_graph("transformer", layers=2, train=True)
-    mem = Memory.of(graph)
-    expected = heuristics._longest_path(mem)
+    height: the depth-first walk from that source is the whole heuristic.  Each half fails alone:
+    the heights are never computed (``_by_longest_path`` refuses), and the order is still the one
+    they would give, on a graph whose given order is not that walk's (``branches``: ``c`` runs
+    before ``b``), so a shortcut that skipped the walk as well fails there."""
+    branches = _graph("branches", {"s": 4, "a": 4, "b": 4, "c": 4, "d": 4, "e": 4},
+                      [("src", ("x",), ("s",)), ("A", ("s",), ("a",)), ("B", ("s",), ("b",)),
+                       ("C", ("a",), ("c",)), ("D", ("b",), ("d",)), ("E", ("c", "d"), ("e",))], ("e",))
+    mems = [Memory.of(synthetic_graph("transformer", layers=2, train=True)), Memory.of(branches)]
+    assert [sum(not p for p in mem.preds) for mem in mems] == [1, 1]  # op 0 is the one source
+    with_heights = [heuristics._reverse_postorder(mem, heuristics._by_longest_path(mem, [0])) for mem in mems]
+    assert names(branches, with_heights[1]) == ["src", "A", "C", "B", "D", "E"]
 
     def refuse(mem: Memory, sources: list[int]) -> list[int]:
         raise AssertionError("heights computed for one source")
 
     monkeypatch.setattr(heuristics, "_by_longest_path", refuse)
-    assert sum(not p for p in mem.preds) == 1
-    assert heuristics._longest_path(mem) == expected == tuple(range(mem.num_ops))
+    assert [heuristics._longest_path(mem) for mem in mems] == with_heights
 
 
 def test_traversals_break_ties_by_id() -> None:

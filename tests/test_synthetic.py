@@ -200,17 +200,20 @@ def test_costs_follow_the_arithmetic():
         (
             "mlp",
             {},
-            "unknown synthetic graph kind 'mlp'; expected one of chain, residual_cnn, transformer, unet, random_layered",
+            "unknown synthetic graph kind 'mlp'; "
+            "expected one of chain, residual_cnn, transformer, unet, random_layered",
         ),
         (
             "transformer",
             {"layers": 2, "layer": 3},
-            "transformer: unknown argument 'layer'; expected one of layers, batch, seq, hidden, heads, ffn, vocab, dtype, train, optimizer, seed, name",
+            "transformer: unknown argument 'layer'; "
+            "expected one of layers, batch, seq, hidden, heads, ffn, vocab, dtype, train, optimizer, seed, name",
         ),
         (
             "transformer",
             {},
-            "transformer: missing argument 'layers'; expected one of layers, batch, seq, hidden, heads, ffn, vocab, dtype, train, optimizer, seed, name",
+            "transformer: missing argument 'layers'; "
+            "expected one of layers, batch, seq, hidden, heads, ffn, vocab, dtype, train, optimizer, seed, name",
         ),
         ("transformer", {"layers": 0}, "transformer: layers: expected a positive integer, got 0"),
         (

@@ -200,7 +200,8 @@ def test_the_tutorials_python_block_runs_as_written(four, monkeypatch, capsys):
     (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
     assert '"runs/tutorial_four_gpus/plan/plan.json"' in block
     monkeypatch.chdir(REPO)
-    code = compile(block.replace("runs/tutorial_four_gpus/plan/plan.json", str(four / "plan.json")), "tutorial.md", "exec")
+    runnable = block.replace("runs/tutorial_four_gpus/plan/plan.json", str(four / "plan.json"))
+    code = compile(runnable, "tutorial.md", "exec")
     exec(code, {})  # noqa: S102 - the tutorial's own code, run as a reader would
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] in text  # the placement dict, as quoted

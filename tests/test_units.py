@@ -5,7 +5,8 @@ from mpplan.units import dtype_bytes, format_size, parse_size
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("16GiB", 16 * 2**30), ("512MB", 512 * 10**6), ("64", 64), (64, 64), ("1.5KiB", 1536), ("2g", 2 * 2**30), ("3 kb", 3000)],
+    [("16GiB", 16 * 2**30), ("512MB", 512 * 10**6), ("64", 64), (64, 64), ("1.5KiB", 1536), ("2g", 2 * 2**30),
+     ("3 kb", 3000)],
 )
 def test_parse_size(text, expected):
     assert parse_size(text) == expected

@@ -90,7 +90,8 @@ def test_buffer_defects_rejected():
         verify(graph, corrupt_buffers(p, w0=Buffer("gpu0", 0, 16)))
     aligned = planned(graph, replace(EXACT, alignment=64))
     with pytest.raises(VerificationError, match="not aligned to 64"):
-        verify(graph, corrupt_buffers(aligned, t1=replace(aligned.buffers["t1"], offset=aligned.buffers["t1"].offset + 1)))
+        moved = replace(aligned.buffers["t1"], offset=aligned.buffers["t1"].offset + 1)
+        verify(graph, corrupt_buffers(aligned, t1=moved))
 
 
 def test_capacity_and_graph_identity():
@@ -173,7 +174,8 @@ def test_parallel_safe_checked():
     graph = two_branches()
     serial = planned(graph)
     assert serial.buffers["a"].offset == serial.buffers["b"].offset, "a serial plan shares a and b"
-    with pytest.raises(VerificationError, match="parallel_safe: tensors '(a|b)' and '(a|b)' share memory but may run concurrently"):
+    shared = "parallel_safe: tensors '(a|b)' and '(a|b)' share memory but may run concurrently"
+    with pytest.raises(VerificationError, match=shared):
         verify(graph, replace(serial, settings={**serial.settings, "parallel_safe": True}))
     safe = planned(graph, replace(EXACT, parallel_safe=True))
     assert safe.buffers["a"].offset != safe.buffers["b"].offset

@@ -126,8 +126,8 @@ def test_a_record_of_an_in_place_or_unknown_op_is_refused() -> None:
 
 
 def test_the_verifier_imports_none_of_what_it_checks() -> None:
-    """Only the IR (with its topological sort, which checks a graph is acyclic, and its hash), the plan record, the config
-    loader (with its bounded reader and durable writer, and the writer's JSON encoder) and the errors: no
+    """Only the IR (with its topological sort, which checks a graph is acyclic, and its hash), the plan record, the
+    config loader (with its bounded reader and durable writer, and the writer's JSON encoder) and the errors: no
     pass, planner or simulator."""
     import ast
     import subprocess
@@ -135,7 +135,8 @@ def test_the_verifier_imports_none_of_what_it_checks() -> None:
 
     code = (
         "import importlib, pkgutil, sys, mpplan.verify; "  # every module of it, the lazily imported ones too
-        "[importlib.import_module(m.name) for m in pkgutil.iter_modules(sys.modules['mpplan.verify'].__path__, 'mpplan.verify.')]; "
+        "[importlib.import_module(m.name) "
+        "for m in pkgutil.iter_modules(sys.modules['mpplan.verify'].__path__, 'mpplan.verify.')]; "
         "print(sorted(m for m in sys.modules if m.startswith('mpplan.') and not m.startswith('mpplan.verify')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout

@@ -61,7 +61,8 @@ def cases(draw: st.DrawFn) -> tuple[Graph, tuple[str, ...], list[int], dict[str,
     return graph, order, devices, root
 
 
-def _reference(graph: Graph, order: tuple[str, ...], devices: list[int], root: dict[str, str]) -> tuple[Any, ...] | None:
+def _reference(graph: Graph, order: tuple[str, ...], devices: list[int],
+               root: dict[str, str]) -> tuple[Any, ...] | None:
     """One op at a time, by name: (touch order, first, last, home) per storage, or None at a fault."""
     ops = {o.name: o for o in graph.ops}
     made = [t for o in graph.ops for t in o.outputs if t not in o.inputs]

@@ -15,8 +15,8 @@ The format (YAML or JSON, same structure) is a user-facing contract::
 
 Top-level keys: ``name`` (default: the file's stem), ``layout`` (``rows``, the
 default, or ``columns``), ``tensors`` (a mapping, in tensor order), ``ops`` (a list,
-in the as-given order) and ``outputs`` (default none).  Tensor fields: ``bytes`` (an integer or a size such as ``64MiB``), ``shape``
-and ``dtype`` (when both are given with ``bytes`` they must agree), ``kind``
+in the as-given order) and ``outputs`` (default none).  Tensor fields: ``bytes`` (an integer or a size such as
+``64MiB``), ``shape`` and ``dtype`` (when both are given with ``bytes`` they must agree), ``kind``
 (``input``, ``param``, ``activation``, ``grad``, ``optimizer_state``, ``output``,
 ``workspace``; default ``activation``), ``alias_of`` and ``grad_of``.  A tensor
 without ``bytes`` takes ``prod(shape) * width(dtype)``, except a view
@@ -283,7 +283,8 @@ def _dump_json(doc: dict[str, Any]) -> str:
         if key not in ("tensors", "ops") or not value:
             lines.append(f"  {one(key)}: {one(value)}{comma}")
         elif isinstance(value, dict):  # rows' tensors, or a table of columns: an item a line
-            lines += [f"  {one(key)}: {{", ",\n".join(f"    {one(k)}: {one(v)}" for k, v in value.items()), f"  }}{comma}"]
+            items = ",\n".join(f"    {one(k)}: {one(v)}" for k, v in value.items())
+            lines += [f"  {one(key)}: {{", items, f"  }}{comma}"]
         else:  # rows' ops: an op a line
             lines += [f"  {one(key)}: [", ",\n".join(f"    {one(v)}" for v in value), f"  ]{comma}"]
     lines.append("}")

@@ -9,8 +9,8 @@
 
 A fresh search refuses a folder whose ``results.jsonl`` holds anything: nothing
 the user has is overwritten.  ``resume=True`` loads it instead, and every key in it
-counts as finished (a ``predicted_fit`` one until it is measured).  An exclusive lock on ``results.jsonl`` keeps two searches from
-writing into one folder at once.
+counts as finished (a ``predicted_fit`` one until it is measured).  An exclusive lock on ``results.jsonl`` keeps two
+searches from writing into one folder at once.
 """
 
 from __future__ import annotations

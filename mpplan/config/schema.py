@@ -126,7 +126,9 @@ class RematSection:
         "('0.9 capacity', '90% capacity')",
         default=None,
     )
-    solver: Literal["auto", "heuristic", "exact"] = _doc("budget: fast heuristic, exact ILP, or auto by size", default="auto")
+    solver: Literal["auto", "heuristic", "exact"] = _doc(
+        "budget: fast heuristic, exact ILP, or auto by size", default="auto"
+    )
     time_limit_s: float = _doc("budget: time limit of the exact solver", default=60.0)
 
 

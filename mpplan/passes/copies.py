@@ -13,8 +13,8 @@ is read on one other device only, where its input is copied anyway: it then
 runs there, on that copy, and its output is a view of the copy (a transpose of
 a gradient copied for one matmul is not copied a second time).
 A tensor read on a device again after it changed in place is copied again
-(``<tensor>@<device>~v<version>``).  ``legalize`` makes any placement acceptable.  A parameter read on several devices (tied embeddings) is copied once per
-step to each extra device.
+(``<tensor>@<device>~v<version>``).  ``legalize`` makes any placement acceptable.  A parameter read on several devices
+(tied embeddings) is copied once per step to each extra device.
 
 The result is a new graph whose op list *is* the planned order (copies
 included), plus the device of every op and storage of that graph.

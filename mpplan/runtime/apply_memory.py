@@ -122,7 +122,8 @@ def apply_memory_graph(
     step_in_backward: bool = False,
     from_ops: Mapping[str, str] | None = None,
 ) -> Graph:
-    """The graph eager PyTorch runs for ``program`` under ``apply`` (module docstring; ``from_ops`` as ``predict_apply``)."""
+    """The graph eager PyTorch runs for ``program`` under ``apply`` (module docstring; ``from_ops`` as
+    ``predict_apply``)."""
     if optimizer_path not in OPTIMIZER_PATHS:
         raise ValueError(f"optimizer_path: expected one of {', '.join(OPTIMIZER_PATHS)}, got {optimizer_path!r}")
     graph = with_dynamic_grads(program.graph)

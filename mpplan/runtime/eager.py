@@ -112,7 +112,8 @@ def run_eager(
         if snapshot is None:
             snapshot = Snapshot(
                 outputs=tuple(None if o is None else o.detach().to("cpu", copy=True) for o in outputs),
-                grads={n: p.grad.detach().to("cpu", copy=True) for n, p in module.named_parameters() if p.grad is not None},
+                grads={n: p.grad.detach().to("cpu", copy=True) for n, p in module.named_parameters()
+                       if p.grad is not None},
                 state=_state(module),
             )
         del outputs

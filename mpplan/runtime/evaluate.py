@@ -105,7 +105,8 @@ def evaluate_program(
         raise ValueError(f"evaluate: expected steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     schedule = compile_schedule(program, plan)
     device_map = map_devices([d.name for d in plan.devices], devices)
-    planned = _run_planned(schedule, model, example_inputs, device_map, arena=arena, steps=steps, warmup=warmup, seed=seed)
+    planned = _run_planned(schedule, model, example_inputs, device_map, arena=arena, steps=steps, warmup=warmup,
+                           seed=seed)
     baseline: EagerRun | None = None
     numerics: Numerics | None = None
     if eager:

@@ -192,7 +192,10 @@ class Executor:
         """Gradients are resident for the whole step (static), so they exist before the first step too."""
         carry = {}
         for root, (device, layout, nodes) in self.schedule.static_roots.items():
-            value = self._static[root] if self.arena else _zeros_like_layout(layout, self.device_map.torch_device(device))
+            if self.arena:
+                value = self._static[root]
+            else:
+                value = _zeros_like_layout(layout, self.device_map.torch_device(device))
             self.meter.register(value, device)
             carry[nodes[0]] = value
         return carry

@@ -72,8 +72,9 @@ class DeviceMeasurement:
     overload), and ``scratch_bytes`` the prediction of it.  ``copied_in_bytes`` are the bytes copies brought
     onto this device per step.  ``workspace_bytes`` is the largest workspace one of its ops' kernels took
     (measured on a GPU in the warm-up step, ``workspace.WorkspaceProbe``; 0 elsewhere): the prediction
-    measured by the allocator holds each op's workspace at its step, with an arena or without.  ``predicted_storage_bytes``
-    is the prediction of what the meter counts (``counted_peak_bytes``): the same without workspaces.
+    measured by the allocator holds each op's workspace at its step, with an arena or without.
+    ``predicted_storage_bytes`` is the prediction of what the meter counts (``counted_peak_bytes``): the same without
+    workspaces.
     """
 
     name: str

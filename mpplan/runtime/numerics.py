@@ -305,7 +305,8 @@ def _diff(key: str, a: torch.Tensor | None, b: torch.Tensor | None, noise: float
         same = a is None and b is None
         return _Diff(key, 0.0 if same else math.inf, same, same, None if same else "one side is None")
     if a.shape != b.shape or a.dtype != b.dtype:
-        return _Diff(key, math.inf, False, False, f"{key}: planned {tuple(a.shape)} {a.dtype}, eager {tuple(b.shape)} {b.dtype}")
+        found = f"{key}: planned {tuple(a.shape)} {a.dtype}, eager {tuple(b.shape)} {b.dtype}"
+        return _Diff(key, math.inf, False, False, found)
     a, b = a.detach().cpu(), b.detach().cpu()
     equal = _bit_equal(a, b)
     if not (a.is_floating_point() or a.is_complex()):

@@ -128,7 +128,8 @@ def compile_schedule(program: CapturedProgram, plan: Plan) -> Schedule:
     if not hash_matches(plan.graph_hash, program.graph):
         raise PlanError(
             f"plan is for graph hash {plan.graph_hash} ({plan.graph_name}), the captured program has "
-            f"{graph_hash_like(plan.graph_hash, program.graph)} ({program.graph.name}): capture the model with the mode, optimizer, "
+            f"{graph_hash_like(plan.graph_hash, program.graph)} ({program.graph.name}): "
+            "capture the model with the mode, optimizer, "
             "inputs and dtype the plan was made for, traced for the kind of device it runs on (GPU kernels "
             "differ from CPU ones)"
         )
@@ -141,7 +142,8 @@ def compile_schedule(program: CapturedProgram, plan: Plan) -> Schedule:
     graph = placed.graph
     names = tuple(op.name for op in graph.ops)
     if names != tuple(plan.schedule):
-        first = next((i for i, (a, b) in enumerate(zip(names, plan.schedule)) if a != b), min(len(names), len(plan.schedule)))
+        shorter = min(len(names), len(plan.schedule))
+        first = next((i for i, (a, b) in enumerate(zip(names, plan.schedule)) if a != b), shorter)
         raise PlanError(
             f"plan: schedule differs from the copy-augmented graph at step {first}: rebuilding gives "
             f"{names[first] if first < len(names) else '<end>'!r}, the plan lists "
@@ -299,7 +301,12 @@ def _env_keys(
 
 
 def _copy_step(
-    graph: Graph, k: int, device: str, copy: Any, releases: tuple[Release, ...], nodes_of: Callable[[str], tuple[str, ...]]
+    graph: Graph,
+    k: int,
+    device: str,
+    copy: Any,
+    releases: tuple[Release, ...],
+    nodes_of: Callable[[str], tuple[str, ...]],
 ) -> Step:
     topo = graph.topology
     root = graph.tensors[topo.storage_of[topo.tensor_index[copy.tensor]]].name

@@ -33,7 +33,8 @@ def capture_for(
     loss_fn: Callable[[Any], torch.Tensor] | None,
 ) -> CapturedProgram:
     """``capture_program`` with kernels chosen for ``device`` (the model itself when it is already there)."""
-    here = next((t.device for t in (*model.parameters(), *model.buffers()) if t.device.type != "meta"), torch.device("cpu"))
+    placed = (t.device for t in (*model.parameters(), *model.buffers()) if t.device.type != "meta")
+    here = next(placed, torch.device("cpu"))
     if device.type == "cpu" and here.type == "cpu":
         return capture_program(model, example_inputs, mode=mode, optimizer=optimizer, loss_fn=loss_fn)
     return capture_program(

@@ -24,6 +24,7 @@ What the plan is checked against (device names, capacities, alignment,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, filterfalse, repeat
@@ -81,12 +82,15 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     Without ``truth`` the plan's own devices and settings are taken on trust.
     """
     if not hash_matches(plan.graph_hash, graph):  # an older plan carries the older version of the hash
-        _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {graph_hash_like(plan.graph_hash, graph)}")
+        given = graph_hash_like(plan.graph_hash, graph)
+        _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {given}")
     if truth is None:
         truth = truth_from_plan(plan)
     check_agrees(plan, truth)
     graph = with_recomputes(graph, plan)
     names, index = numbering(graph)
+    if len(index) != len(names):  # an unvalidated graph: each name must be one tensor's
+        _fail(f"graph: tensor {_repeated(names)!r} is given twice")
     copies = _check_copies(plan, graph.tensors, index)
     names += copies
     index.update(zip(copies, range(len(graph.tensors), len(names))))
@@ -180,12 +184,10 @@ def _fail(message: str) -> None:
 def _root_numbers(graph: Graph, copies: dict[str, Copy], names: list[str], index: dict[str, int]) -> list[int]:
     """The number of each tensor's (then each copy's) storage, the root of its alias chain.
 
-    Only views take a Python step, most tensors being their own root.  An alias cycle, an
-    unknown base or a name given twice leave it to ``_roots``, which walks the chains by name
-    and words the fault as always.
+    Only views take a Python step, most tensors being their own root.  An alias cycle or an
+    unknown base leave it to ``_roots``, which walks the chains by name and words the fault as
+    always.  The names are distinct (``verify`` refuses a tensor name given twice before).
     """
-    if len(index) != len(names):
-        return _roots_by_name(graph, copies, names, index)
     alias = list(map(_ALIAS_OF, graph.tensors))
     root = list(range(len(names)))
     done = bytearray(map(is_, alias, repeat(None)))  # resolved: a tensor that is no view
@@ -203,7 +205,7 @@ def _root_numbers(graph: Graph, copies: dict[str, Copy], names: list[str], index
 
 
 def _roots_by_name(graph: Graph, copies: dict[str, Copy], names: list[str], index: dict[str, int]) -> list[int]:
-    """``_root_numbers`` by name, where a fault (or names given twice) needs ``_roots``'s walk."""
+    """``_root_numbers`` by name, where a fault needs ``_roots``'s walk."""
     tensors = dict(zip(map(_NAME, graph.tensors), graph.tensors))
     for c in copies.values():
         tensors[c.name] = Tensor(c.name, c.bytes, Kind.ACTIVATION)
@@ -221,6 +223,8 @@ def _roots(tensors: dict[str, Tensor]) -> dict[str, str]:
                 _fail(f"tensor {name!r}: alias cycle")
             chain.append(cur)
             cur = tensors[cur].alias_of  # type: ignore[assignment]
+            if cur not in tensors:  # an unvalidated graph
+                _fail(f"tensor {chain[-1]!r}: a view of unknown tensor {cur!r}")
         top = roots.get(cur, cur)
         for c in (*chain, name):
             roots[c] = top
@@ -273,8 +277,16 @@ def _check_copies(plan: Plan, tensors: Sequence[Tensor], index: dict[str, int]) 
     return copies
 
 
+def _repeated(names: Sequence[str]) -> str:
+    """The first of ``names`` that stands in it more than once (there is one)."""
+    return next(name for name, count in Counter(names).items() if count > 1)
+
+
 def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
-    known = set(map(_NAME, graph.ops)) | set(copies)
+    known = set(map(_NAME, graph.ops))
+    if len(known) != len(graph.ops):  # an unvalidated graph: each name must be one op's
+        _fail(f"graph: op {_repeated(list(map(_NAME, graph.ops)))!r} is given twice")
+    known |= set(copies)
     if len(set(plan.schedule)) == len(plan.schedule) == len(known) and known.issuperset(plan.schedule):
         return  # each known op once, and as many steps as ops: the common case in C; the loop names a fault
     seen: set[str] = set()

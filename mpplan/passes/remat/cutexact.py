@@ -30,7 +30,8 @@ def warm_point(program: CutProgram, chosen: dict[int, int]) -> list[float]:
     anchor: dict[int, int] = {}
     for i in sorted(chosen, reverse=True):  # consumers come later: settle them first
         x[program.y_cols[i][chosen[i]]] = 1.0
-        a = min([program.options[i][chosen[i]].first_late, *(anchor[c] for c in model.cand_consumers[i] if c in anchor)])
+        consumers = (anchor[c] for c in model.cand_consumers[i] if c in anchor)
+        a = min([program.options[i][chosen[i]].first_late, *consumers])
         if a < NEVER:
             anchor[i] = a
     for i, a in anchor.items():

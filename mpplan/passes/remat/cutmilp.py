@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from mpplan.graph import Graph
 from mpplan.passes.remat.formulation import MAX_NONZEROS, MAX_Z_VARIABLES
-from mpplan.passes.remat.model import MIN_GAP, NEVER, RematModel
+from mpplan.passes.remat.model import MIN_GAP, NEVER, RematModel, storage_users
 from mpplan.passes.remat.sparse import INF, Expr, SparseMilp, add_scaled
 
 __all__ = ["MAX_OPTIONS", "CutOption", "CutProgram", "Expr", "cut_options"]
@@ -75,11 +75,7 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
     graph: Graph = model.graph
     if model.training or any(op.in_place for op in graph.ops) or any(t.alias_of for t in graph.tensors):
         return None
-    topo = graph.topology
-    uses: dict[int, list[int]] = {}
-    for k, storages in enumerate(topo.op_storages):
-        for s in storages:
-            uses.setdefault(s, []).append(k)
+    uses = storage_users(graph)
     found: list[list[CutOption]] = []
     for outputs in model.cand_outputs:
         per_output: list[list[tuple[int, int, int, int]]] = []

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram, cut_options
 from mpplan.passes.remat.cutmulti import Drop, joint_names
 from mpplan.passes.remat.formulation import MAX_NONZEROS
-from mpplan.passes.remat.model import MIN_GAP, RematModel
+from mpplan.passes.remat.model import MIN_GAP, RematModel, storage_users
 from mpplan.passes.remat.sparse import Expr, add_scaled
 
 __all__ = ["Double", "DoubleProgram", "double_names", "double_program", "doubles_of", "neighbours"]
@@ -58,11 +58,7 @@ class Double:
 def doubles_of(model: RematModel, options: list[list[CutOption]]) -> list[list[Double]]:
     """Per candidate, its double-drop options (single-output candidates with two gaps or
     more), in ``cutmulti.drops_of``'s order."""
-    topo = model.graph.topology
-    uses: dict[int, list[int]] = {}
-    for k, storages in enumerate(topo.op_storages):
-        for s in storages:
-            uses.setdefault(s, []).append(k)
+    uses = storage_users(model.graph)
     found: list[list[Double]] = []
     for i, outputs in enumerate(model.cand_outputs):
         if len(outputs) != 1:

@@ -37,10 +37,10 @@ from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.cutsearch import improve_cuts, with_cuts
 from mpplan.passes.remat.evaluation import evaluate
-from mpplan.passes.remat.model import MIN_GAP, SUFFIX, build_model
+from mpplan.passes.remat.model import MIN_GAP, SUFFIX, build_model, storage_users
 from mpplan.passes.remat.rewriting import apply_recompute
 
-__all__ = ["TRIAL_SECONDS", "Drop", "drops_of", "joint_names", "search_multi", "storage_users"]
+__all__ = ["TRIAL_SECONDS", "Drop", "drops_of", "joint_names", "search_multi"]
 
 #: Seconds of cut search per double drop tried (on RL250 the search's gains come in the
 #: first second or two; more trials beat longer ones).
@@ -56,16 +56,6 @@ class Drop:
     tensor: str
     first: str
     second: str
-
-
-def storage_users(graph: Graph) -> dict[int, list[int]]:
-    """The ops that touch each storage, ascending: what ``drops_of`` reads the idle gaps from,
-    made once per graph (``search_multi`` lists drops again at every move)."""
-    uses: dict[int, list[int]] = {}
-    for k, storages in enumerate(graph.topology.op_storages):
-        for s in storages:
-            uses.setdefault(s, []).append(k)
-    return uses
 
 
 def drops_of(graph: Graph, uses: Mapping[int, Sequence[int]], ops: Sequence[str]) -> Iterator[Drop]:

@@ -32,7 +32,7 @@ from mpplan.errors import InfeasibleError
 from mpplan.passes.remat.budget import fit_budget, least_peak_choice
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.greedy import drop_unneeded
-from mpplan.passes.remat.model import MIN_GAP, RematModel, build_model
+from mpplan.passes.remat.model import MIN_GAP, RematModel, build_model, storage_users
 
 __all__ = ["BUDGET_FLOORS", "GRAPH_FLOORS", "CutFit", "fit_cuts", "fit_least_cuts", "gap_cuts", "step_weights"]
 
@@ -73,11 +73,7 @@ def gap_cuts(model: RematModel, weight: Sequence[int]) -> dict[int, int]:
     >>> model.split[0], gap_cuts(model, [0] * 8), gap_cuts(model, [0, 0, 0, 0, 0, 1, 0, 0])
     (4, {}, {0: 7})
     """
-    topo = model.graph.topology
-    uses: dict[int, list[int]] = {}
-    for k, storages in enumerate(topo.op_storages):
-        for s in storages:
-            uses.setdefault(s, []).append(k)
+    uses = storage_users(model.graph)
     prefix = [0, *itertools.accumulate(weight)]
     cuts: dict[int, int] = {}
     for outputs in model.cand_outputs:

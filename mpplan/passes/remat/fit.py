@@ -194,8 +194,8 @@ def _planned(
     """Plan the rewrite of ``graph`` by the ops ``decided`` recomputes (decided on
     ``ordered``), in ``decided``'s order when it rewrites to the same graph."""
     ops = tuple(dict.fromkeys(record["op"] for record in records_of(decided.graph)))
-    fields: dict[str, Any] = dict(budget_bytes=limit, solver=decided.solver, optimal=decided.optimal, bound=decided.bound,
-                  gap=decided.gap, note=decided.note)
+    fields: dict[str, Any] = dict(budget_bytes=limit, solver=decided.solver, optimal=decided.optimal,
+                                  bound=decided.bound, gap=decided.gap, note=decided.note)
     try:
         result = result_of(graph, ops, "budget", baseline, clock, from_ops=decided.from_ops, **fields)
     except ConfigError:  # decided in another order: keep what is recomputable in the given one

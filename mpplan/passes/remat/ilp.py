@@ -38,8 +38,8 @@ class MilpArrays(Protocol):
 class IlpSolution:
     """A solve's outcome.  ``chosen``: candidate indices (``None``: no solution);
     ``status``: ``optimal``, ``time_limit``, ``infeasible``, ``too_large`` (over the
-    size limits, or not built within the time limit) or ``error``; ``objective``/``bound``: the best cost found and a proved lower bound
-    on it (bytes of dynamic peak when minimising the peak); ``size``: columns, rows,
+    size limits, or not built within the time limit) or ``error``; ``objective``/``bound``: the best cost found and a
+    proved lower bound on it (bytes of dynamic peak when minimising the peak); ``size``: columns, rows,
     nonzeros of the MILP."""
 
     chosen: tuple[int, ...] | None

@@ -149,6 +149,16 @@ class RematModel:
 # --- the memory model ----------------------------------------------------------------
 
 
+def storage_users(graph: Graph) -> dict[int, list[int]]:
+    """The ops that read or write each storage (a view's uses count as its base's), ascending, by
+    storage number; storages no op touches are absent.  Every split into early and late uses reads these."""
+    uses: dict[int, list[int]] = {}
+    for k, storages in enumerate(graph.topology.op_storages):
+        for s in storages:
+            uses.setdefault(s, []).append(k)
+    return uses
+
+
 def build_model(
     graph: Graph, *, only: frozenset[str] | None = None, cuts: Mapping[int, int] | None = None
 ) -> RematModel:
@@ -167,10 +177,7 @@ def build_model(
     training = boundary < n
     storage_of = topo.storage_of
 
-    uses: dict[int, list[int]] = {}
-    for k, storages in enumerate(topo.op_storages):
-        for s in storages:
-            uses.setdefault(s, []).append(k)
+    uses = storage_users(graph)
     reads: list[tuple[int, ...]] = [tuple(dict.fromkeys(storage_of[t] for t in ins)) for ins in topo.op_inputs]
     readers_at: dict[int, list[int]] = {}
     for k, storages in enumerate(reads):
