@@ -99,6 +99,26 @@ def _one_op_plan(graph: Graph) -> Plan:
                 {"y": Buffer("gpu0", 0, 8)}, max_peak_bytes=16)
 
 
+@pytest.mark.parametrize(("tensors", "op", "outputs", "refused"), [
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8)), Op("f", "f", ("ghost",), ("y",)), ("y",),
+     "op 'f': reads unknown tensor 'ghost'"),
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8)), Op("f", "f", ("x",), ("y", "ghost")), ("y",),
+     "op 'f': writes unknown tensor 'ghost'"),
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8)), Op("f", "f", ("x",), ("y",)), ("y", "ghost"),
+     "graph: output 'ghost' is an unknown tensor"),
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8, Kind.GRAD, grad_of="ghost")), Op("f", "f", ("x",), ("y",)), ("y",),
+     "tensor 'y': the gradient of unknown tensor 'ghost'"),
+])
+def test_an_unvalidated_graph_naming_no_tensor_is_refused(
+        tensors: tuple[Tensor, ...], op: Op, outputs: tuple[str, ...], refused: str) -> None:
+    """An op's input or output, a graph output or a gradient's tensor that the graph does not have is a
+    ``VerificationError`` naming it, not a bare ``KeyError`` (or, for the gradient, a plan passed)."""
+    graph = Graph("g", tensors, (op,), outputs)
+    with pytest.raises(VerificationError) as refusal:
+        verify(graph, _one_op_plan(graph))
+    assert str(refusal.value) == refused
+
+
 @pytest.mark.parametrize(("tensors", "ops", "refused"), [
     ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8), Tensor("y", 8)), 1, "graph: tensor 'y' is given twice"),
     ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8, alias_of="x"), Tensor("y", 8)), 1, "graph: tensor 'y' is given twice"),

@@ -91,6 +91,8 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     names, index = numbering(graph)
     if len(index) != len(names):  # an unvalidated graph: each name must be one tensor's
         _fail(f"graph: tensor {_repeated(names)!r} is given twice")
+    kinds = _by_kind(graph)
+    _check_named_tensors(graph.outputs, kinds[Kind.GRAD], index)
     copies = _check_copies(plan, graph.tensors, index)
     names += copies
     index.update(zip(copies, range(len(graph.tensors), len(names))))
@@ -101,7 +103,6 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     run = _replay(graph, plan, numbers, copies, device_of, dependencies=truth.parallel_safe)
     root_of = numbers.root_of
     grads_dynamic = truth.grads == "dynamic"
-    kinds = _by_kind(graph)
     last = list(run.last)
     end = len(plan.schedule) - 1
     held_to_end = set(graph.outputs) | set(map(_NAME, kinds[Kind.OUTPUT]))
@@ -275,6 +276,22 @@ def _check_copies(plan: Plan, tensors: Sequence[Tensor], index: dict[str, int]) 
             _fail(f"copy {c.name!r}: moves {c.bytes} bytes of a {nbytes}-byte tensor")
         copies[c.name] = c
     return copies
+
+
+def _check_named_tensors(outputs: Sequence[str], grads: Sequence[Tensor], index: dict[str, int]) -> None:
+    """The graph's outputs and the tensors its gradients are of are tensors of the graph (an unvalidated graph
+    may name others; op inputs and outputs are proven where they are numbered, ``replay.op_numbers``)."""
+    named = set(map(_GRAD_OF, grads))
+    named.discard(None)
+    named.update(outputs)
+    if index.keys() >= named:  # looks up each named tensor, in C
+        return
+    for name in outputs:
+        if name not in index:
+            _fail(f"graph: output {name!r} is an unknown tensor")
+    for t in grads:
+        if t.grad_of is not None and t.grad_of not in index:
+            _fail(f"tensor {t.name!r}: the gradient of unknown tensor {t.grad_of!r}")
 
 
 def _repeated(names: Sequence[str]) -> str:

@@ -193,8 +193,16 @@ def op_numbers(graph: Graph, names: list[str], index: dict[str, int]) -> tuple[
     ):
         return topology.op_index, topology.op_inputs, topology.op_outputs
     number = index.__getitem__
-    return ({o.name: k for k, o in enumerate(ops)}, [tuple(map(number, o.inputs)) for o in ops],
-            [tuple(map(number, o.outputs)) for o in ops])
+    try:
+        return ({o.name: k for k, o in enumerate(ops)}, [tuple(map(number, o.inputs)) for o in ops],
+                [tuple(map(number, o.outputs)) for o in ops])
+    except KeyError:  # an unvalidated graph: name the op and the tensor
+        for o in ops:
+            for what, listed in (("reads", o.inputs), ("writes", o.outputs)):
+                for t in listed:
+                    if t not in index:
+                        _fail(f"op {o.name!r}: {what} unknown tensor {t!r}")
+        raise
 
 
 def _lists_the_same(numbered: Sequence[tuple[int, ...]], listed: Iterable[tuple[str, ...]], names: list[str]) -> bool:
