@@ -179,11 +179,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     assert outcome.report is not None
     print(plan_text(plan, outcome.baselines))
     print(f"\n{plan_outcome(plan, outcome.path, outcome.report, outcome.budget)}")
-    if outcome.refused is not None:  # the best infeasible plan is written and reported like any other
+    if outcome.budget is not None:  # the plan is written and reported like any other
         print(f"mpplan: error: does not fit the remat budget: {misfit_text(plan, outcome.budget)}", file=sys.stderr)
-        if len(plan.devices) == 1:  # the recompute search's bounds are the whole graph's on one device
-            print(f"mpplan: {outcome.refused}", file=sys.stderr)
-    elif plan.misfits:
+        if outcome.refused is not None and len(plan.devices) == 1:  # its bounds are the whole graph's on one device
+            print(f"mpplan: the recompute search (which counts no arena blocks): {outcome.refused}", file=sys.stderr)
+    if plan.misfits:
         print(f"mpplan: error: does not fit: {misfit_text(plan)}", file=sys.stderr)
         if outcome.oversized_op is not None:
             op, touched = outcome.oversized_op

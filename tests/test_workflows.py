@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny
+from conftest import REPO, tiny
 from mpplan.capture.graph_file import save_graph
 from mpplan.config import load_config
 from mpplan.errors import ConfigError, PlanError, VerificationError
@@ -183,3 +183,36 @@ def test_run_into_folder_measures_on_virtual_devices_and_writes_everything(tmp_p
     assert written == json.loads(json.dumps(outcome.measurement))  # tuples read back as lists
     assert [d["name"] for d in outcome.measurement["devices"]] == ["cuda:0", "cuda:1"]
     assert measurement_text(outcome.measurement).splitlines()[-1].startswith("numerics: ok")
+
+
+def test_the_remat_budget_is_judged_on_what_the_device_holds(tmp_path):
+    """The recompute search counts no arena blocks; a torch model's plan is written as arena mode runs it,
+    which may hold less.  A budget between the two is met: exit 0, no refusal printed (it was exit 3 with an
+    empty misfit line).  Found on the quickstart model on one device (21.54 MiB held, 21.56 MiB searched)."""
+    sets = ["devices.0.count=1", "planner.placement=single", "planner.remat.policy=budget",
+            "planner.remat.solver=heuristic"]
+    config = REPO / "configs" / "quickstart.yaml"
+    least = plan_into_folder(load_config(config, [*sets, "planner.remat.budget=1"]), str(tmp_path / "least"))
+    assert least.refused is not None and least.budget == 1 and least.exit_code == 3
+    held, searched = least.plan.max_peak_bytes, least.refused.best.peak_bytes
+    assert held < searched  # the model whose blocks hold less than the search counts
+    between = plan_into_folder(load_config(config, [*sets, f"planner.remat.budget={(held + searched) // 2}"]),
+                               str(tmp_path / "between"))
+    assert between.budget is None and between.exit_code == 0
+    assert between.plan.max_peak_bytes <= (held + searched) // 2
+
+
+def test_missed_budget_names_the_budget_only_when_a_device_holds_more() -> None:
+    """The exit code follows the budget on every device's peak, not the search's own verdict."""
+    from mpplan.plan import DevicePlan, Plan
+    from mpplan.plan_records import PlanSettings
+    from mpplan.workflows.plan import missed_budget
+
+    def planned(peaks: tuple[int, ...], budget: int | None) -> Plan:
+        devices = tuple(DevicePlan(f"gpu{i}", 1000, 0, peak, peak, peak) for i, peak in enumerate(peaks))  # 0 static
+        settings = PlanSettings(remat_chosen=None if budget is None else {"budget_bytes": budget})
+        return Plan("g", "h", devices, (), {}, {}, max_peak_bytes=max(peaks), settings=settings)
+
+    assert missed_budget(planned((90, 100), 100)) is None
+    assert missed_budget(planned((90, 101), 100)) == 100
+    assert missed_budget(planned((500,), None)) is None

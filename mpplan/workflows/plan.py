@@ -28,10 +28,12 @@ if TYPE_CHECKING:  # the remat package loads numpy: imported when a plan is made
 class PlanOutcome:
     """What ``plan_into_folder`` made and wrote.
 
-    ``refused`` is the remat pass's refusal when the budget is infeasible: ``plan`` is then
-    the best infeasible plan (the least peak found), written and reported like any other, and
-    ``budget`` the budget in bytes it misses.  ``oversized_op`` is an op whose activations alone
-    exceed every device, when the plan does not fit.
+    ``budget`` is the remat budget in bytes when the plan, as the device holds it (arena blocks and
+    what ops hold outside them, for a torch model), exceeds it on some device; the plan is then
+    written and reported like any other, and the exit code is 3.  ``refused`` is the remat pass's
+    refusal when its search found no fit (``plan`` is then the least peak found).  The two can
+    disagree, since the search counts no arena blocks: the budget is judged on what the device holds.
+    ``oversized_op`` is an op whose activations alone exceed every device, when the plan does not fit.
     """
 
     plan: Plan
@@ -44,10 +46,8 @@ class PlanOutcome:
 
     @property
     def exit_code(self) -> int:
-        """0 when the plan fits; 3 when it does not, or the remat budget was refused."""
-        if self.refused is not None:
-            return self.refused.exit_code
-        return 3 if self.plan.misfits else 0
+        """0 when the plan fits its devices and the remat budget; 3 when it does not."""
+        return 3 if self.budget is not None or self.plan.misfits else 0
 
 
 def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
@@ -77,7 +77,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         return plan_with_scratch(program, planned)
 
     settings = PlannerSettings.from_config(config.planner)
-    refused, budget = None, None
+    refused = None
     try:
         result = as_run(plan(graph, devices, settings))
     except InfeasibleError as exc:  # the remat package's refusal: it is loaded only by a plan that recomputes
@@ -85,8 +85,8 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
 
         if not isinstance(exc, RematInfeasibleError) or exc.plan is None:
             raise
-        refused, budget = exc, exc.plan.max_peak_bytes - exc.missing_bytes
-        result = as_run(exc.plan)
+        refused, result = exc, as_run(exc.plan)
+    budget = missed_budget(result)
     verify(graph, result, check_capacity=False)  # a misfit is still a correct plan
     path = save_plan(result, folder / "plan.json")
     static = sim.static_bytes(graph)
@@ -105,6 +105,15 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         if op is not None and touched > max(d.capacity_bytes for d in result.devices):
             oversized = (op, touched)
     return PlanOutcome(result, path, baselines, report, refused, budget, oversized)
+
+
+def missed_budget(planned: Plan) -> int | None:
+    """The remat budget in bytes that ``planned`` was made for (``plan.settings.remat_chosen``), when some
+    device's peak exceeds it; None when every device holds no more, or there is no budget."""
+    budget = (planned.settings.remat_chosen or {}).get("budget_bytes")
+    if not isinstance(budget, int) or all(d.peak_bytes <= budget for d in planned.devices):
+        return None
+    return budget
 
 
 def write_plan_report(graph: Graph, plan: Plan, out: Path, baselines: dict[str, int], **extra: Any) -> Path:
