@@ -14,15 +14,19 @@ prints its best overhead and the overhead it proves no choice of that model goes
 from the cell's answer, when it is one round, and prints its overhead.  ``--multi SECONDS`` runs
 the double-drop search (``mpplan.passes.remat.cutmulti``) from the cell's answer for that long, when
 it is one round or double drops, and prints its overhead (what ``solver: auto`` runs in the last
-``MULTI_SHARE``).
+``MULTI_SHARE``).  ``--lns2 SECONDS`` then runs the large-neighbourhood search on the double-drop
+MILP (``mpplan.passes.remat.cutlns2``) from the cell's answer, or from the double-drop search's
+when ``--multi`` ran and found one, for that long, building the whole MILP past
+``formulation.MAX_NONZEROS``, and prints its overhead, the build's seconds and when it found it.
 
 Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--time-limit 60] [--milp 60] [--lns 120]
-[--multi 60]``.
+[--multi 60] [--lns2 150]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from benchlib import SHARED_DATA
@@ -35,8 +39,11 @@ from mpplan.passes.remat import apply_recompute, build_model, remat
 from mpplan.passes.remat.api import RematResult
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts
 from mpplan.passes.remat.cutlns import lns_cuts
+from mpplan.passes.remat.cutlns2 import choice_of, lns_doubles
+from mpplan.passes.remat.cutmilp2 import double_program
 from mpplan.passes.remat.cutmulti import search_multi
 from mpplan.passes.remat.cutmilp import cut_options
+from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.model import SUFFIX, RematModel
 from mpplan.passes.remat.rewriting import repeated_op
 
@@ -49,6 +56,8 @@ def main() -> None:
     parser.add_argument("--lns", type=float, default=0.0, help="seconds for the cut LNS after each cell (0: none)")
     parser.add_argument("--multi", type=float, default=0.0,
                         help="seconds for the double-drop search after each cell (0: none)")
+    parser.add_argument("--lns2", type=float, default=0.0,
+                        help="seconds for the double-drop MILP's LNS after each cell (0: none)")
     args = parser.parse_args()
     for size in args.sizes.split(","):
         (path,) = SHARED_DATA.glob(f"random_layered_n{size}_*.json")
@@ -67,8 +76,12 @@ def main() -> None:
                 print(f"  cut MILP: {milp_line(graph, r, args.milp)}", flush=True)
             if args.lns > 0:
                 print(f"  cut LNS: {lns_line(graph, r, args.lns)}", flush=True)
+            multi = None
             if args.multi > 0:
-                print(f"  double drops: {multi_line(graph, r, args.multi)}", flush=True)
+                line, multi = multi_line(graph, r, args.multi)
+                print(f"  double drops: {line}", flush=True)
+            if args.lns2 > 0:
+                print(f"  double-drop LNS: {lns2_line(graph, r, multi, args.lns2)}", flush=True)
 
 
 def one_round(model: RematModel, r: RematResult) -> dict[int, int] | None:
@@ -95,21 +108,45 @@ def lns_line(graph: Graph, r: RematResult, seconds: float) -> str:
             f"{time.perf_counter() - clock:.1f}s")
 
 
-def multi_line(graph: Graph, r: RematResult, seconds: float) -> str:
+def multi_line(graph: Graph, r: RematResult, seconds: float) -> tuple[str, CutFit | None]:
     """The overhead of ``search_multi`` started from ``r`` within ``seconds``, its answer's
-    peak checked by ``sim`` on the rewrite rebuilt from its names."""
+    peak checked by ``sim`` on the rewrite rebuilt from its names; and that answer."""
     clock = time.perf_counter()
     if r.budget_bytes is None:
-        return "no budget"
+        return "no budget", None
     names = [repeated_op(op) for op in r.recompute_ops]
     found = search_multi(graph, names, r.from_ops, r.budget_bytes, clock + seconds)
     if found is None:
-        return f"nothing cheaper (or not a cut answer), {time.perf_counter() - clock:.1f}s"
+        return f"nothing cheaper (or not a cut answer), {time.perf_counter() - clock:.1f}s", None
     rewritten = apply_recompute(graph, found.names, found.from_ops)
     fits = sim.given_peak(rewritten) <= r.budget_bytes
     total = sum(op.cost for op in graph.ops)
     twice = sum(SUFFIX + SUFFIX in op.name for op in rewritten.ops)
     return (f"{100 * found.cost / total:.2f}% fits {fits}, {twice} tensors dropped twice, "
+            f"{time.perf_counter() - clock:.1f}s"), found
+
+
+def lns2_line(graph: Graph, r: RematResult, multi: CutFit | None, seconds: float) -> str:
+    """The overhead of ``lns_doubles`` started from ``multi`` (else ``r``) within ``seconds``
+    (the double-drop MILP's build included, past the nonzero cap), its answer's peak checked
+    by ``sim`` on the rewrite rebuilt from its names."""
+    clock = time.perf_counter()
+    model = build_model(graph)
+    if r.budget_bytes is None:
+        return "no budget"
+    names, from_ops = (multi.names, multi.from_ops) if multi is not None else (
+        [repeated_op(op) for op in r.recompute_ops], r.from_ops)
+    program = double_program(model, r.budget_bytes - model.static_bytes, max_nonzeros=sys.maxsize)
+    start = None if program is None else choice_of(program, names, from_ops)
+    if program is None or start is None:
+        return f"not an answer of the double-drop MILP, {time.perf_counter() - clock:.1f}s"
+    built = time.perf_counter() - clock
+    found = lns_doubles(graph, program, start, r.budget_bytes, clock + seconds)
+    if found is None:
+        return f"nothing cheaper, built in {built:.1f}s, {time.perf_counter() - clock:.1f}s"
+    fits = sim.given_peak(apply_recompute(graph, found.names, found.from_ops)) <= r.budget_bytes
+    total = sum(op.cost for op in graph.ops)
+    return (f"{100 * found.cost / total:.2f}% fits {fits}, built in {built:.1f}s, "
             f"{time.perf_counter() - clock:.1f}s")
 
 

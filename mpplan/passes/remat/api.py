@@ -12,6 +12,7 @@ from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
+from mpplan.passes.remat.cutlns2 import eligible, search_lns
 from mpplan.passes.remat.cutmulti import search_multi
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.cutsearch import search_cuts
@@ -37,6 +38,11 @@ SEARCH_SHARE = 0.25
 #: With ``solver="auto"``, the share of ``time_limit_s`` kept after the search for double
 #: drops (``cutmulti``): the search ends before it, the second-round phase before both.
 MULTI_SHARE = 0.25
+
+#: With ``solver="auto"`` on a graph whose double-drop program builds in seconds
+#: (``cutlns2.eligible``), the share of ``time_limit_s`` kept at the end for the LNS on that
+#: program (``cutlns2``), in place of the searches' shares: the cut phase ends before it.
+LNS_SHARE = 0.65
 
 
 # --- records -------------------------------------------------------------------------
@@ -147,7 +153,9 @@ def remat(
     second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
     when that covers the fits it makes, timed as the first; with ``auto`` the cuts and then the
     rounds stop short of the last ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit, where a local search on cuts,
-    ``cutsearch``, and then one with double drops, ``cutmulti``, use whatever they left),
+    ``cutsearch``, and then one with double drops, ``cutmulti``, use whatever they left; on a graph
+    whose double-drop MILP builds in seconds, ``cutlns2.eligible``, the cuts stop short of the
+    last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches),
     or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
@@ -197,8 +205,10 @@ def remat(
         result, label = least, solver
     took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
     search = several and solver == "auto"  # then, in their shares and the time left, local searches on cuts
-    ends = {"rounds": 1 - SEARCH_SHARE - MULTI_SHARE, "search": 1 - MULTI_SHARE} if search else {}
-    for kind in ("cuts", "rounds", "search", "multi")[:4 if search else 2] if several else ():  # cheaper answers
+    lns = search and eligible(model)  # or the LNS on the double-drop program
+    ends = {"rounds": 1 - LNS_SHARE} if lns else {"rounds": 1 - SEARCH_SHARE - MULTI_SHARE, "search": 1 - MULTI_SHARE}
+    kinds = ("cuts", "rounds", "lns") if lns else ("cuts", "rounds", "search", "multi")[:4 if search else 2]
+    for kind in kinds if several else ():  # cheaper answers
         end = clock + time_limit_s * ends.get(kind, 1)
         left = end - time.perf_counter()
         if left < took * {"cuts": 1, "rounds": 2}.get(kind, 0) or not result.added_cost:  # rounds fit twice
@@ -210,8 +220,10 @@ def remat(
                      else fit_rounds(model, limit, solver, left, beat=beat))
         else:  # the local searches start from the answer's recomputes, named by the ops they repeat
             once = [repeated_op(op) for op in result.recompute_ops]
-            found = (search_cuts(model, once, result.from_ops, limit, end) if kind == "search"
-                     else search_multi(graph, once, result.from_ops, limit, end))
+            if kind == "search":
+                found = search_cuts(model, once, result.from_ops, limit, end)
+            else:
+                found = (search_multi if kind == "multi" else search_lns)(graph, once, result.from_ops, limit, end)
         if found is None:
             continue
         multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,

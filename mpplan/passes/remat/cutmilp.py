@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from mpplan.graph import Graph
 from mpplan.passes.remat.formulation import MAX_NONZEROS, MAX_Z_VARIABLES
 from mpplan.passes.remat.model import MIN_GAP, NEVER, RematModel, storage_users
-from mpplan.passes.remat.sparse import INF, Expr, SparseMilp, add_scaled
+from mpplan.passes.remat.sparse import INF, Expr, SparseMilp, add_into, add_scaled
 
 __all__ = ["MAX_OPTIONS", "CutOption", "CutProgram", "Expr", "cut_options"]
 
@@ -202,12 +202,12 @@ class CutProgram(SparseMilp):
                     if isinstance(version, float):
                         const += size * version
                     elif len(version) == 1 and version[0][1] == 0.0 and all(v > 0 for v in version[0][0].values()):
-                        terms = add_scaled(terms, version[0][0], scale=size)  # a sum of columns: no auxiliary
+                        add_into(terms, version[0][0], scale=size)  # a sum of columns: no auxiliary
                     elif len(version) == 1 and version[0][1] == 1.0 and all(v < 0 for v in version[0][0].values()):
                         const += size  # 1 - a sum of columns at most 1: no auxiliary
-                        terms = add_scaled(terms, version[0][0], scale=size)
+                        add_into(terms, version[0][0], scale=size)
                     else:
-                        terms = add_scaled(terms, {self.aux(version): size})
+                        add_into(terms, {self.aux(version): size})
             if upper <= self.limit:
                 continue
             big = 0.0

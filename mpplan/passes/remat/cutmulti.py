@@ -19,7 +19,8 @@ kept when the cut search from its drop finds nothing cheaper (or the screening u
 time).  An answer is kept only when ``apply_recompute`` of its names on the original graph
 fits the budget by ``sim`` and costs less; then the moves start again from it, until
 ``deadline``.  On RL250 at 0.8 this finds 5.64% from the one-recompute search's 5.95%
-(docs/benchmarks.md).  ``cutmilp2`` is the exact cut MILP with double-drop options (no solver runs it yet).
+(docs/benchmarks.md).  ``cutmilp2`` is the exact cut MILP with double-drop options; ``cutlns2`` searches it by
+neighbourhoods, in place of this search where its program builds in seconds.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import MIN_GAP, SUFFIX, build_model, storage_users
 from mpplan.passes.remat.rewriting import apply_recompute
 
-__all__ = ["TRIAL_SECONDS", "Drop", "drops_of", "joint_names", "search_multi"]
+__all__ = ["TRIAL_SECONDS", "Answer", "Drop", "drops_of", "joint_names", "parse_answer", "search_multi"]
 
 #: Seconds of cut search per double drop tried (on RL250 the search's gains come in the
 #: first second or two; more trials beat longer ones).
@@ -91,7 +92,7 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
     with double drops, found by ``deadline`` (``time.perf_counter()``); ``None`` when none
     is found, when ``names`` are neither one round's recomputes nor of ``joint_names``' form,
     or when the graph is outside the cut model (module docstring)."""
-    start = _parsed(graph, names, from_ops)
+    start = parse_answer(graph, names, from_ops)
     if start is None:
         return None
     best = start
@@ -125,7 +126,7 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class _Answer:
+class Answer:
     """Double ``drops`` and one-round recomputes ``names`` cut at ``from_ops``; ``cost`` in all."""
 
     drops: tuple[Drop, ...]
@@ -134,7 +135,7 @@ class _Answer:
     cost: float
 
 
-def _parsed(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]) -> _Answer | None:
+def parse_answer(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]) -> Answer | None:
     """``names`` (ops of ``graph``, and ``F@recompute`` for an op ``F`` dropped twice, as
     ``joint_names`` makes them) as an answer, or ``None`` when they are not of that form."""
     topo, cost = graph.topology, {op.name: op.cost for op in graph.ops}
@@ -154,15 +155,15 @@ def _parsed(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]) -> 
         return None
     twice = {d.tensor for d in drops}
     cuts = {t: o for t, o in from_ops.items() if t not in twice and SUFFIX not in t}
-    return _Answer(tuple(drops), rest, cuts, sum(cost[n] for n in rest) + sum(2 * cost[d.op] for d in drops))
+    return Answer(tuple(drops), rest, cuts, sum(cost[n] for n in rest) + sum(2 * cost[d.op] for d in drops))
 
 
-def _screened(graph: Graph, uses: Mapping[int, Sequence[int]], best: _Answer, ops: Sequence[str], limit: int,
-              deadline: float) -> list[_Answer]:
+def _screened(graph: Graph, uses: Mapping[int, Sequence[int]], best: Answer, ops: Sequence[str], limit: int,
+              deadline: float) -> list[Answer]:
     """``best`` with each double drop of ``ops`` (``uses``: ``storage_users(graph)``) with which
     the rest of ``best`` still fits, the rest pruned of what the drop makes unneeded: fitting
     answers, cheapest first (a cheap score: the cut search proper runs on their drops in this order)."""
-    scored: list[tuple[float, int, _Answer]] = []
+    scored: list[tuple[float, int, Answer]] = []
     for k, drop in enumerate(drops_of(graph, uses, ops)):
         if time.perf_counter() > deadline:
             break
@@ -172,7 +173,7 @@ def _screened(graph: Graph, uses: Mapping[int, Sequence[int]], best: _Answer, op
     return [pruned for *_, pruned in sorted(scored, key=lambda s: s[:2])]
 
 
-def _trial(graph: Graph, best: _Answer, drop: Drop | None, limit: int, deadline: float) -> _Answer | None:
+def _trial(graph: Graph, best: Answer, drop: Drop | None, limit: int, deadline: float) -> Answer | None:
     """``best`` with ``drop`` added (if any): the one-round cut search (until ``deadline``; pruning
     alone when it has passed) for the rest of ``best`` on the graph with the drops fixed,
     rebuilt on ``graph`` and measured; ``None`` when the rest does not fit there to start
@@ -196,7 +197,7 @@ def _trial(graph: Graph, best: _Answer, drop: Drop | None, limit: int, deadline:
     if dropped & set(names):
         return None  # a third drop of the same op: not representable by ``joint_names``
     cost = _joint_cost(graph, drops, names, from_ops, limit)
-    return None if cost is None else _Answer(drops, names, from_ops, cost)
+    return None if cost is None else Answer(drops, names, from_ops, cost)
 
 
 def _joint_cost(graph: Graph, drops: Sequence[Drop], names: Sequence[str], from_ops: Mapping[str, str],

@@ -1,0 +1,171 @@
+"""Large-neighbourhood search on the double-drop MILP (``mpplan.passes.remat.cutmilp2``).
+
+``cutmulti``'s search adds one double drop at a time and re-runs the one-round cut search
+for the rest; ``cutmilp2``'s program decides every double drop and cut together but is
+too large for HiGHS to improve on RL250 at 0.8 in minutes.  Between the two, as ``cutlns``
+does for the one-drop MILP: the program is built once, every candidate outside a
+*neighbourhood* (a window of consecutive candidates, plus every candidate the incumbent
+recomputes) is fixed not recomputed by its column bounds, and HiGHS chooses the rest
+exactly under a short time limit.  Windows slide by half their width and are tried those
+holding the most recomputes first (where memory is tight: on RL250 at 0.8 the gains come
+there, in the first windows instead of the sixth); the passes repeat while one improves,
+until the deadline.  ``search_lns`` builds the whole program (past ``MAX_NONZEROS``: RL250
+at 0.8 needs 2.2 million, built in 11-18 s) where ``eligible`` says it builds in seconds.
+
+Measured on RL250 at 0.8 (2-core EPYC, load 2-4): from the double-drop search's 5.64% it
+reaches 5.02% in 38 s after the build with ``SUB_SECONDS`` 8 (5.12% with 5 s, 5.41% with
+windows of 20 and 3 s); in ``solver: auto``'s last ``api.LNS_SHARE``, from the cut
+phase's 6.02%, 5.02-5.85% (docs/benchmarks.md).
+
+An answer is kept only when ``apply_recompute`` of its names on the original graph fits
+the budget by ``sim`` and costs less than the incumbent, so the answer is never worse than
+the start.  The start must lie in the program's family (``choice_of``): one round of cuts
+and double drops whose neighbours are not recomputed; ``None`` otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from mpplan import sim
+from mpplan.errors import ConfigError
+from mpplan.graph import Graph
+from mpplan.passes.remat.cutexact import option_of, warm_point
+from mpplan.passes.remat.cutlns import windows
+from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
+from mpplan.passes.remat.cutmulti import parse_answer
+from mpplan.passes.remat.cuts import CutFit
+from mpplan.passes.remat.ilp import available_backend, solve_arrays
+from mpplan.passes.remat.model import RematModel, build_model
+from mpplan.passes.remat.rewriting import apply_recompute
+
+__all__ = ["MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
+
+#: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones.
+WINDOW = 30
+
+#: The time limit of one sub-MILP, in seconds: most sub-MILPs of RL250 at 0.8 stop at it
+#: (their own optimum is 5-11 s away), and 8 s found more in 38 s than 3 s or 5 s did.
+SUB_SECONDS = 8.0
+
+#: The most storage-steps (``eligible``) of a graph whose program ``search_lns`` builds:
+#: RL250's 11,069 make 2.2 million nonzeros in 11-18 s on a 2-core EPYC; RL1000's 186,181
+#: would take past the minute to build.
+MAX_SPAN = 15_000
+
+
+def eligible(model: RematModel) -> bool:
+    """Whether ``model``'s double-drop program is small enough to build in seconds: the
+    steps its stored tensors are live, summed, at most ``MAX_SPAN`` (the program's memory
+    rows hold a term per such step and version)."""
+    return sum(model.last[j] - model.start[j] + 1 for j, size in enumerate(model.size) if size) <= MAX_SPAN
+
+
+def search_lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
+               deadline: float) -> CutFit | None:
+    """``lns_doubles`` from the answer ``names`` cut at ``from_ops`` (``joint_names``' form;
+    it must fit ``limit`` bytes) on ``graph``'s whole double-drop program, past
+    ``formulation.MAX_NONZEROS`` when ``eligible``; ``None`` when the graph is not, the
+    answer is outside the program's family, or nothing cheaper is found by ``deadline``."""
+    model = build_model(graph)
+    if not eligible(model):
+        return None
+    program = double_program(model, limit - model.static_bytes, max_nonzeros=sys.maxsize)
+    start = None if program is None else choice_of(program, names, from_ops)
+    if program is None or start is None:
+        return None
+    return lns_doubles(graph, program, start, limit, deadline)
+
+
+def choice_of(program: DoubleProgram, names: Sequence[str], from_ops: Mapping[str, str]) -> dict[int, int] | None:
+    """``double_names``' inverse: candidate -> option index of ``program`` for an answer of
+    ``joint_names``' form (``names`` cut at ``from_ops``), or ``None`` when it is not one of
+    the program's answers (a double drop with a recomputed neighbour, a cut it lacks)."""
+    model = program.model
+    graph = model.graph
+    parsed = parse_answer(graph, names, from_ops)
+    if parsed is None:
+        return None
+    chosen = option_of(model, parsed.names, parsed.from_ops)
+    if chosen is None:
+        return None
+    index = {graph.ops[k].name: i for i, k in enumerate(model.cand_op)}
+    op = graph.topology.op_index
+    for drop in parsed.drops:
+        i = index.get(drop.op, -1)
+        if i < 0 or i in chosen:
+            return None
+        b1, b2 = op[drop.first], op[drop.second]
+        match = [k for k, d in enumerate(program.doubles[i]) if (d.b1, d.b2) == (b1, b2)]
+        if not match:
+            return None
+        chosen[i] = program.singles[i] + match[0]
+    doubled = [i for i, k in chosen.items() if k >= program.singles[i]]
+    if any(c in chosen for i in doubled for c in neighbours(model, i)):
+        return None
+    return chosen
+
+
+def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], limit: int, deadline: float,
+                *, window: int = WINDOW, sub_seconds: float = SUB_SECONDS) -> CutFit | None:
+    """A cheaper answer than ``start`` (candidate -> option of ``program``, built on
+    ``graph``'s model; it must fit ``limit`` bytes) from sub-MILPs over ``windows`` until a
+    pass finds nothing or ``deadline`` (``time.perf_counter()``) passes; ``None`` when none
+    is found (module docstring)."""
+    backend = available_backend()
+    model = program.model
+    best = dict(start)
+    best_cost = _measured(graph, program, best, limit)
+    if backend is None or best_cost is None:
+        return None
+    start_cost = best_cost
+    improved = True
+    while improved:
+        improved = False
+        for free in sorted(windows(len(program.options), window), key=lambda w: -sum(i in best for i in w)):
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            arrays = _fixed(program, best, set(free) | set(best))
+            _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
+            if x is None:
+                continue
+            found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
+            cost = _measured(graph, program, found, limit)
+            if cost is not None and cost < best_cost * (1 - 1e-12):
+                best, best_cost, improved = found, cost, True
+        if time.perf_counter() >= deadline:
+            break
+    if best_cost >= start_cost:
+        return None
+    names, from_ops = double_names(model, program, best)
+    return CutFit(names, from_ops, best_cost)
+
+
+def _fixed(program: DoubleProgram, chosen: Mapping[int, int], free: set[int]) -> DoubleProgram:
+    """A shallow copy of ``program`` (its rows shared, not copied) with the option columns
+    of every candidate outside ``free`` fixed to ``chosen``'s decision."""
+    lo, hi = list(program.col_lo), list(program.col_hi)
+    for i, cols in enumerate(program.y_cols):
+        if i not in free:
+            for k, col in enumerate(cols):
+                lo[col] = hi[col] = 1.0 if chosen.get(i) == k else 0.0
+    fixed = copy.copy(program)
+    fixed.col_lo, fixed.col_hi = lo, hi
+    return fixed
+
+
+def _measured(graph: Graph, program: DoubleProgram, chosen: Mapping[int, int], limit: int) -> float | None:
+    """The added cost of ``chosen``'s rewrite of ``graph`` (what ``remat`` measures), or
+    ``None`` when it does not fit ``limit`` by ``sim``."""
+    try:
+        rewritten = apply_recompute(graph, *double_names(program.model, program, dict(chosen)))
+    except ConfigError:
+        return None
+    if sim.given_peak(rewritten) > limit:
+        return None
+    return sum(op.cost for op in rewritten.ops if op.recompute_of is not None) - sum(
+        op.cost for op in graph.ops if op.recompute_of is not None)

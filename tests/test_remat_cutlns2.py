@@ -1,0 +1,168 @@
+"""The large-neighbourhood search on the double-drop MILP (``mpplan.passes.remat.cutlns2``).
+
+Its answers fit (``sim`` on the rewritten graph; their plans pass the verifier), cost less
+than the start, never go under the brute force over the double-drop MILP's family
+(``test_remat_cutmilp2.least_family_cost``), and reach it when one window covers every
+candidate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conftest import needs_shared_data, shared_data_files
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_remat_cutmilp2 import MAX_COMBOS, combos, least_family_cost
+from test_remat_cutmulti import twice_read
+from test_remat_cuts import gapped_graphs, peak, planned_with
+from test_remat_cutsearch import fitting_start
+
+from mpplan.capture.graph_file import load_graph
+from mpplan.graph import Graph
+from mpplan.passes.remat import api, apply_recompute, build_model, remat
+from mpplan.passes.remat.api import LNS_SHARE, result_of
+from mpplan.passes.remat.cutlns2 import choice_of, eligible, lns_doubles, search_lns
+from mpplan.passes.remat.cutmilp import cut_options
+from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
+from mpplan.passes.remat.cutsearch import with_cuts
+from mpplan.passes.remat.evaluation import evaluate
+from mpplan.verify import verify
+
+
+def start_cost(graph: Graph, program: DoubleProgram, start: dict[int, int]) -> float:
+    return sum(op.cost for op in apply_recompute(graph, *double_names(program.model, program, start)).ops
+               if op.recompute_of is not None)
+
+
+def lns_cost(graph: Graph, start: dict[int, int], budget: int, window: int) -> float:
+    """The search's cost from ``start`` (the start's when it finds nothing cheaper), after
+    checking a found answer fits, costs what it says, is cheaper and plans into a plan the
+    verifier passes."""
+    model = build_model(graph)
+    program = double_program(model, budget - model.static_bytes)
+    assert program is not None
+    before = start_cost(graph, program, start)
+    found = lns_doubles(graph, program, start, budget, time.perf_counter() + 20.0, window=window)
+    if found is None:
+        return before
+    rewritten = apply_recompute(graph, found.names, found.from_ops)
+    assert peak(rewritten) <= budget
+    assert sum(op.cost for op in rewritten.ops if op.recompute_of is not None) == found.cost < before
+    verify(graph, planned_with(graph, result_of(graph, found.names, "budget", peak(graph), 0.0,
+                                                from_ops=found.from_ops)))
+    return found.cost
+
+
+def one_round_start(graph: Graph, fraction: float, data: st.DataObject) -> tuple[dict[int, int], int]:
+    """``fitting_start`` less what no late use needs (a one-round answer that fits), on
+    graphs the brute force enumerates."""
+    assume(combos(graph) <= MAX_COMBOS)
+    start, budget = fitting_start(graph, fraction, data)
+    model = build_model(graph)
+    chosen = evaluate(with_cuts(model, cut_options(model) or [], start), start).chosen
+    return {i: start[i] for i in chosen}, budget
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.0, 0.9), st.integers(1, 3), st.data())
+def test_small_windows_never_cost_more_than_the_start_nor_less_than_brute_force(
+        graph: Graph, fraction: float, window: int, data: st.DataObject) -> None:
+    start, budget = one_round_start(graph, fraction, data)
+    exact = least_family_cost(graph, budget)
+    assert exact is not None and lns_cost(graph, start, budget, window) >= exact - 1e-9
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gapped_graphs(), st.floats(0.0, 0.9), st.data())
+def test_one_window_over_every_candidate_reaches_the_brute_force_optimum(
+        graph: Graph, fraction: float, data: st.DataObject) -> None:
+    start, budget = one_round_start(graph, fraction, data)
+    window = build_model(graph).num_candidates
+    assert lns_cost(graph, start, budget, window) == least_family_cost(graph, budget)
+
+
+def test_windows_of_one_candidate_find_the_double_drop() -> None:
+    """``twice_read`` at 410 bytes: ``B`` cut at ``D`` (cost 5) fits; a window of ``A``
+    alone (plus ``B``, chosen) finds ``A`` dropped twice (cost 2), the optimum."""
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    start = choice_of(program, ["B"], {"b": "D"})
+    assert start is not None and lns_cost(graph, start, 410, window=1) == 2.0 == least_family_cost(graph, 410)
+    found = lns_doubles(graph, program, start, 410, time.perf_counter() + 20.0, window=1)
+    assert found is not None
+    assert (found.names, found.from_ops) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
+
+
+def test_choice_of_inverts_double_names() -> None:
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    for i, options in enumerate(program.options):
+        for k in range(len(options)):
+            assert choice_of(program, *double_names(model, program, {i: k})) == {i: k}
+    names = ["A", "C0", "A@recompute"]  # a double drop of A with C0, which reads it, recomputed: out of scope
+    assert choice_of(program, names, {"a": "C1", "a@recompute": "D", "c0": "C1"}) is None
+    assert choice_of(program, ["A"], {"a": "Q1"}) is None  # no gap ends at Q1: no option cuts there
+
+
+def test_without_time_nothing_is_found() -> None:
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    start = choice_of(program, ["B"], {"b": "D"})
+    assert start is not None and lns_doubles(graph, program, start, 410, time.perf_counter()) is None
+
+
+def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> None:
+    """On a graph whose double-drop program is ``eligible``, ``solver="auto"`` ends the cut
+    phase short of the last ``LNS_SHARE`` of the limit and runs the LNS there instead of
+    the two searches: here the first fit takes a third of the limit and the cut phase every
+    second it is given, and the LNS still starts with its share."""
+    limit_s = 3.0
+    seconds: dict[str, float] = {}
+    fit_budget = api.fit_budget
+
+    def slow_fit(*args: Any) -> Any:
+        found = fit_budget(*args)
+        time.sleep(limit_s / 3)
+        return found
+
+    def cuts(model: object, limit: int, solver: str, time_limit_s: float, *, beat: float) -> None:
+        seconds["cuts"] = time_limit_s
+        time.sleep(max(0.0, time_limit_s))
+
+    def lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int, deadline: float) -> Any:
+        seconds["lns"] = deadline - time.perf_counter()
+        return search_lns(graph, names, from_ops, limit, deadline)
+
+    def unused(*args: Any) -> None:
+        raise AssertionError("a search ran in the LNS's share")
+
+    monkeypatch.setattr(api, "fit_budget", slow_fit)
+    monkeypatch.setattr(api, "fit_cuts", cuts)
+    monkeypatch.setattr(api, "search_lns", lns)
+    monkeypatch.setattr(api, "search_cuts", unused)
+    monkeypatch.setattr(api, "search_multi", unused)
+    graph = twice_read()
+    r = remat(graph, "budget", budget=410, time_limit_s=limit_s)
+    assert seconds["cuts"] <= (1 - LNS_SHARE - 1 / 3) * limit_s + 1e-9
+    assert seconds["lns"] >= 0.8 * LNS_SHARE * limit_s
+    assert r.peak_bytes <= 410 and r.added_cost == 2.0 == least_family_cost(graph, 410)
+    verify(graph, planned_with(graph, r))
+
+
+@needs_shared_data
+def test_rl1000_is_not_eligible_and_rl250_is() -> None:
+    """``MAX_SPAN`` lies between the two graphs the schedule was measured on."""
+    found = {}
+    for size in (250, 1000):
+        (path,) = shared_data_files(f"random_layered_n{size}_*.json")
+        found[size] = eligible(build_model(load_graph(path)))
+    assert found == {250: True, 1000: False}
