@@ -872,7 +872,9 @@ def test_results_of_noisy_inputs_may_round_differently() -> None:
     noisy = [{"x": x}, {"x": x * (1 + 1e-7)}, {"x": x * (1 - 1e-7)}]
 
     def runs(reads: list[dict[str, torch.Tensor]], mine: torch.Tensor) -> tuple[Any, Any, Any]:
-        return tuple(_Replayed([("adam", r, {"y": w})]) for r, w in zip(reads, (mine, y, y)))  # type: ignore[return-value]
+        """``adam`` reads ``x`` and writes ``y`` (``mine`` in the planned run); ``next`` reads ``y``."""
+        return tuple(_Replayed([("adam", r, {"y": w}), ("next", {"y": w}, {})])  # type: ignore[return-value]
+                     for r, w in zip(reads, (mine, y, y)))
 
     planned, *refs = runs(noisy, near)
     assert first_bad_op(planned, tuple(refs), seed=0)[0] is None  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ them by the dtype's tolerance plus ``NOISE_FACTOR * n``; where they agree bit fo
 bit (always on CPU), it must too (on a GPU: within the dtype's tolerance) -- unless what the op read
 differed between the references: then two of its results agreeing bit for bit is rounding's luck, not
 determinism, and the dtype's tolerance applies (a result computed in an arena at another alignment may
-round differently in the last place).  The blame follows the data:
+round differently in the last place), there and wherever that result is read.  The blame follows the data:
 
 * an op reading a tensor that was right when it was made but differs now: its
   memory was overwritten after it was produced (overlapping buffers?), and the
@@ -159,6 +159,7 @@ def first_bad_op(planned: Executor, references: tuple[Executor, Executor], seed:
     rngs = [_RngState.seeded(seed) for _ in runs]
     gens = [run.iter_step(observe=True) for run in runs]
     suspects: dict[str, str] = {}  # tensor (fx value) -> the op that computed it differently
+    rounded: set[str] = set()  # results of ops whose inputs differed: held to the dtype's tolerance where read
     first_suspect: tuple[str, str] | None = None
     while True:
         traces = []
@@ -176,8 +177,8 @@ def first_bad_op(planned: Executor, references: tuple[Executor, Executor], seed:
             if name not in ref.reads:
                 continue
             noise = _noise(ref.reads[name], again.reads.get(name))
-            read_noise = read_noise or noise > 0.0
-            if _agrees(mine.reads[name], ref.reads[name], noise):
+            read_noise = read_noise or noise > 0.0 or name in rounded
+            if _agrees(mine.reads[name], ref.reads[name], noise, name in rounded):
                 continue
             if name not in suspects:
                 return step.op, (
@@ -188,6 +189,8 @@ def first_bad_op(planned: Executor, references: tuple[Executor, Executor], seed:
             spread_from = spread_from or name
         for name in mine.writes:
             noise = _noise(ref.writes.get(name), again.writes.get(name))
+            if read_noise:
+                rounded.add(name)
             if name in ref.writes and not _agrees(mine.writes[name], ref.writes[name], noise, read_noise):
                 if spread_from is not None:
                     culprit = suspects[spread_from]
