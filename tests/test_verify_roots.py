@@ -11,6 +11,7 @@ op names repeat is refused by ``verify`` before any root is sought.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -154,3 +155,48 @@ def test_verdicts_match_the_roots_walked_by_name(case: tuple[Graph, Plan], data:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(VERIFY, "_root_numbers", VERIFY._roots_by_name)
             assert _verdict(graph, candidate) == fast
+
+
+def _remat_case() -> tuple[Graph, Plan, int]:
+    """A training chain planned with sqrt(n) recomputation, and the place in its ops of a recomputed op."""
+    from mpplan.capture import synthetic
+    from mpplan.config import Device
+    from mpplan.planner import PlannerSettings, plan
+
+    graph = synthetic.chain(10, train=True, batch=16, width=8, seed=1)
+    planned = plan(graph, [Device("gpu0", 1 << 40)], PlannerSettings(remat="sqrt"))
+    recomputed = planned.remat[0].op
+    return graph, planned, next(k for k, o in enumerate(graph.ops) if o.name == recomputed)
+
+
+@pytest.mark.parametrize("fault", ["op twice", "reads ghost", "writes ghost", "tensor twice", "view of ghost"])
+def test_a_malformed_graph_under_a_remat_plan_is_refused_before_the_rewrite(fault: str) -> None:
+    """The recomputes are rewritten into the graph by name; an unvalidated graph's names are checked first, so
+    its faults are the same ``VerificationError`` as without recomputes, not a bare ``KeyError`` in the rewrite."""
+    graph, planned, k = _remat_case()
+    ops, op = list(graph.ops), graph.ops[k]
+    bad = {
+        "op twice": lambda: Graph(graph.name, graph.tensors, (*ops[:k + 1], op, *ops[k + 1:]), graph.outputs),
+        "reads ghost": lambda: Graph(graph.name, graph.tensors,
+                                     (*ops[:k], replace(op, inputs=(*op.inputs, "ghost")), *ops[k + 1:]),
+                                     graph.outputs),
+        "writes ghost": lambda: Graph(graph.name, graph.tensors,
+                                      (*ops[:k], replace(op, outputs=(*op.outputs, "ghost")), *ops[k + 1:]),
+                                      graph.outputs),
+        "tensor twice": lambda: Graph(graph.name, (*graph.tensors, graph.tensors[-1]), graph.ops, graph.outputs),
+        "view of ghost": lambda: Graph(graph.name, (*graph.tensors, Tensor("vv", 8, alias_of="ghost")), graph.ops,
+                                       graph.outputs),
+    }[fault]()
+    with pytest.raises(VerificationError, match="given twice|unknown tensor 'ghost'"):
+        verify(bad, replace(planned, graph_hash=bad.content_hash))
+
+
+def test_a_tensor_two_ops_make_is_refused() -> None:
+    """Two ops writing one tensor, neither reading it (``Graph.validate`` refuses it; through the API the verifier
+    must too): the second maker is named."""
+    tensors = (Tensor("x", 8, Kind.INPUT), Tensor("y", 8))
+    graph = Graph("g", tensors, (Op("f", "f", ("x",), ("y",)), Op("h", "h", ("x",), ("y",))), ("y",))
+    p = Plan("g", graph.content_hash, (DevicePlan("gpu0", 64, 8, 8, 16, 16),), ("f", "h"), {"f": "gpu0", "h": "gpu0"},
+             {"y": Buffer("gpu0", 0, 8)}, max_peak_bytes=16)
+    with pytest.raises(VerificationError, match="op 'h' makes tensor 'y', which another op made"):
+        verify(graph, p)

@@ -87,12 +87,11 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     if truth is None:
         truth = truth_from_plan(plan)
     check_agrees(plan, truth)
+    if plan.remat:  # the rewrite looks the graph's tensors up by name: its names must hold first
+        _check_before_rewrite(graph)
     graph = with_recomputes(graph, plan)
     names, index = numbering(graph)
-    if len(index) != len(names):  # an unvalidated graph: each name must be one tensor's
-        _fail(f"graph: tensor {_repeated(names)!r} is given twice")
-    kinds = _by_kind(graph)
-    _check_named_tensors(graph.outputs, kinds[Kind.GRAD], index)
+    kinds = _check_names(graph, names, index)
     copies = _check_copies(plan, graph.tensors, index)
     names += copies
     index.update(zip(copies, range(len(graph.tensors), len(names))))
@@ -278,6 +277,28 @@ def _check_copies(plan: Plan, tensors: Sequence[Tensor], index: dict[str, int]) 
     return copies
 
 
+def _check_before_rewrite(graph: Graph) -> None:
+    """What ``with_recomputes`` needs of an unvalidated graph, worded as the checks after it word it: names
+    given once, each op's, output's, gradient's and view's tensor a tensor of the graph, no alias cycle."""
+    from mpplan.verify.replay import check_op_tensors  # loads numpy, as ``_replay`` does
+
+    names, index = numbering(graph)
+    _check_names(graph, names, index)
+    _check_op_names(graph)
+    check_op_tensors(graph.ops, index)
+    _roots(dict(zip(names, graph.tensors)))
+
+
+def _check_names(graph: Graph, names: list[str], index: dict[str, int]) -> dict[Kind, list[Tensor]]:
+    """Each tensor name is one tensor's, and the graph's outputs and the tensors its gradients are of are
+    tensors of it (an unvalidated graph may break either); the graph's tensors by kind."""
+    if len(index) != len(names):
+        _fail(f"graph: tensor {_repeated(names)!r} is given twice")
+    kinds = _by_kind(graph)
+    _check_named_tensors(graph.outputs, kinds[Kind.GRAD], index)
+    return kinds
+
+
 def _check_named_tensors(outputs: Sequence[str], grads: Sequence[Tensor], index: dict[str, int]) -> None:
     """The graph's outputs and the tensors its gradients are of are tensors of the graph (an unvalidated graph
     may name others; op inputs and outputs are proven where they are numbered, ``replay.op_numbers``)."""
@@ -299,11 +320,16 @@ def _repeated(names: Sequence[str]) -> str:
     return next(name for name, count in Counter(names).items() if count > 1)
 
 
-def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
+def _check_op_names(graph: Graph) -> set[str]:
+    """The graph's op names, each one op's (an unvalidated graph may repeat one)."""
     known = set(map(_NAME, graph.ops))
-    if len(known) != len(graph.ops):  # an unvalidated graph: each name must be one op's
+    if len(known) != len(graph.ops):
         _fail(f"graph: op {_repeated(list(map(_NAME, graph.ops)))!r} is given twice")
-    known |= set(copies)
+    return known
+
+
+def _check_schedule_names(graph: Graph, plan: Plan, copies: dict[str, Copy]) -> None:
+    known = _check_op_names(graph) | set(copies)
     if len(set(plan.schedule)) == len(plan.schedule) == len(known) and known.issuperset(plan.schedule):
         return  # each known op once, and as many steps as ops: the common case in C; the loop names a fault
     seen: set[str] = set()

@@ -17,7 +17,7 @@ from itertools import chain
 from operator import attrgetter
 
 from mpplan.errors import VerificationError
-from mpplan.graph import Graph
+from mpplan.graph import Graph, Op
 from mpplan.plan import Copy, Plan
 from mpplan.verify import sweep as columns
 from mpplan.verify.record import Numbering, Replay, is_numbering
@@ -151,6 +151,8 @@ def replay(
                 if deps is not None:
                     deps.write(names[storage], step, step_deps)
             else:
+                if exists[t]:  # the fast sweep leaves this to the walk, which words it
+                    _fail(f"schedule step {step}: op {name!r} makes tensor {names[t]!r}, which another op made")
                 exists[t] = 1
                 if read_copy and alias_of[t] in read_copy:
                     of_copy[t] = read_copy[alias_of[t]]
@@ -197,12 +199,18 @@ def op_numbers(graph: Graph, names: list[str], index: dict[str, int]) -> tuple[
         return ({o.name: k for k, o in enumerate(ops)}, [tuple(map(number, o.inputs)) for o in ops],
                 [tuple(map(number, o.outputs)) for o in ops])
     except KeyError:  # an unvalidated graph: name the op and the tensor
-        for o in ops:
-            for what, listed in (("reads", o.inputs), ("writes", o.outputs)):
-                for t in listed:
-                    if t not in index:
-                        _fail(f"op {o.name!r}: {what} unknown tensor {t!r}")
+        check_op_tensors(ops, index)
         raise
+
+
+def check_op_tensors(ops: Sequence[Op], index: Mapping[str, int]) -> None:
+    """Each op's inputs and outputs are tensors ``index`` numbers (an unvalidated graph may name others):
+    the first that is not, named with its op."""
+    for o in ops:
+        for what, listed in (("reads", o.inputs), ("writes", o.outputs)):
+            for t in listed:
+                if t not in index:
+                    _fail(f"op {o.name!r}: {what} unknown tensor {t!r}")
 
 
 def _lists_the_same(numbered: Sequence[tuple[int, ...]], listed: Iterable[tuple[str, ...]], names: list[str]) -> bool:
