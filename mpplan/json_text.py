@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
@@ -170,26 +171,34 @@ class Table:
     ``dumps_indented`` writes it exactly as it writes that mapping (``as_dict``), but takes the
     columns as they are: a caller holding its records as objects (a plan's buffers) builds no
     dict per record, and the writer checks no record's keys (100k-op plan.json: 0.15 s less).
-    Keys and fields must be distinct: a mapping would keep one of two equal keys where the column
-    path writes both, so the two ways would write different documents.  ``Table.of`` makes one
-    that is, from a mapping (its keys distinct already: a check of 100k keys on every
-    ``save_plan`` cost 12-16 ms), checking only the few fields.
+    Keys and fields are distinct (``ValueError`` otherwise): a mapping would keep one of two equal
+    keys where the column path writes both, so the two ways would write different documents.
+    The few fields are checked whenever a table is made.  Keys given as a sequence, which can
+    repeat one, are checked too; keys given as a set (a mapping's ``keys()``, as ``Table.of``
+    gives them) cannot repeat, and are not: a set of 100k keys on every ``save_plan`` cost 12-16 ms.
     """
 
-    keys: Sequence[Any]
+    keys: Sequence[Any] | AbstractSet[Any]
     fields: tuple[Any, ...]
     columns: tuple[Sequence[Any], ...]
+
+    def __post_init__(self) -> None:
+        names: list[tuple[str, Sequence[Any]]] = [("field", self.fields)]
+        if not isinstance(self.keys, AbstractSet):
+            names.append(("key", self.keys))
+        for what, each in names:
+            if len(set(each)) != len(each):
+                twice = next(name for name, count in Counter(each).items() if count > 1)
+                raise ValueError(f"Table: expected distinct {what}s, got {twice!r} more than once")
 
     @classmethod
     def of(cls, records: Mapping[Any, Any], fields: tuple[Any, ...],
            getter: Callable[[Any], Callable[[Any], Any]]) -> Table:
         """The table of ``records`` (key -> record), ``getter(field)`` reading a field of a record
-        (``operator.attrgetter`` for objects, ``itemgetter`` for dicts); ``ValueError`` when a field repeats."""
-        if len(set(fields)) != len(fields):
-            twice = next(name for name, count in Counter(fields).items() if count > 1)
-            raise ValueError(f"Table: expected distinct fields, got {twice!r} more than once")
+        (``operator.attrgetter`` for objects, ``itemgetter`` for dicts); ``ValueError`` when a field repeats.
+        Its keys are ``records.keys()``: a view of the mapping, so ``records`` must not change while it is used."""
         values = records.values()
-        return cls(list(records), fields, tuple(list(map(getter(field), values)) for field in fields))
+        return cls(records.keys(), fields, tuple(list(map(getter(field), values)) for field in fields))
 
     def as_dict(self) -> dict[Any, dict[Any, Any]]:
         """The mapping this table stands for."""
@@ -197,7 +206,7 @@ class Table:
         return {key: dict(zip(self.fields, row)) for key, row in zip(self.keys, rows)}
 
 
-def _table_text(keys: Sequence[Any], fields: tuple[Any, ...], columns: Sequence[Sequence[Any]],
+def _table_text(keys: Collection[Any], fields: tuple[Any, ...], columns: Sequence[Sequence[Any]],
                 newline: str) -> str | None:
     """``records_text`` of the table ``keys``, ``fields``, ``columns`` (see ``Table``); None unless its
     keys and fields are strings, it has a record and a field, and each column is of one type of ``_COLUMN_TEXT``."""

@@ -129,8 +129,24 @@ def test_tables_off_the_column_path_are_written_as_their_mapping(records: dict[o
         dumps_indented({"v": table, "s": {1}})
 
 
-def test_a_table_refuses_repeated_fields() -> None:
-    """A mapping cannot hold a key twice (``Table.of`` takes one), nor a record a field: a ``Table``
-    with a field twice would be written with both by the column path, and is refused when made."""
+@pytest.mark.parametrize(("keys", "fields", "columns", "message"), [
+    (["a", "b", "a"], ("x",), ([1, 2, 3],), "distinct keys, got 'a'"),  # as_dict would keep one "a", the columns both
+    (["a"], ("x", "x"), ([1], [2]), "distinct fields, got 'x'"),
+    ({"a": 1}.keys(), ("x", "x"), ([1], [2]), "distinct fields, got 'x'"),  # keys that cannot repeat: fields checked
+])
+def test_a_table_refuses_repeated_keys_and_fields(keys: list[str], fields: tuple[str, ...],
+                                                  columns: tuple[list[int], ...], message: str) -> None:
+    """A mapping cannot hold a key twice, where the column path would write it twice: a ``Table``
+    that stands for no mapping is refused when made, before either path could write it."""
+    with pytest.raises(ValueError, match=f"expected {message} more than once"):
+        Table(keys, fields, columns)
+
+
+def test_a_table_of_a_mapping_checks_its_fields_not_its_keys() -> None:
+    """``Table.of`` hands over the mapping's keys, which cannot repeat, as they are (no copy, no check
+    of every key: ``save_plan``'s 140k buffers), and its fields are checked as any table's are."""
+    records = {"a": {"x": 1}, "b": {"x": 2}}
+    table = Table.of(records, ("x",), itemgetter)
+    assert isinstance(table.keys, type({}.keys())) and table.as_dict() == records
     with pytest.raises(ValueError, match="expected distinct fields, got 'x' more than once"):
-        Table.of({"a": {"x": 1}}, ("x", "x"), itemgetter)
+        Table.of(records, ("x", "x"), itemgetter)
