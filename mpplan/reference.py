@@ -1,8 +1,9 @@
 """Reference pages generated from the code itself, so the docs cannot drift.
 
 ``docs/configuration.md`` comes from the config schema's dataclasses and
-``docs/cli.md`` from the argument parser; ``scripts/gen_docs.py`` writes both and a
-test fails when the committed pages differ from what the code generates.
+``docs/cli.md`` from the argument parser; ``scripts/gen_docs.py`` writes both, and the table of
+search statuses in ``docs/cluster.md`` (from ``mpplan.search_status``), and a test fails when the
+committed pages differ from what the code generates.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 
 from mpplan.config import MAX_DEVICES, Config, schema_fields
 from mpplan.reading import MAX_ALIAS_NODES, MAX_DEPTH, MAX_FILE_BYTES
+from mpplan.search_status import Status
 
 
 def config_reference() -> str:
@@ -44,3 +46,20 @@ def cli_reference() -> str:
         sub.prog = f"mpplan {name}"
         parts.append(f"## `mpplan {name}`\n\n```\n{sub.format_help().rstrip()}\n```\n")
     return "\n".join(parts)
+
+
+#: The marks around docs/cluster.md's generated table of statuses.
+STATUS_TABLE = ("<!-- generated: status_table -->", "<!-- /generated: status_table -->")
+
+
+def status_table() -> str:
+    """The table of docs/cluster.md's "Statuses": each search status and its meaning, as the report says it."""
+    rows = ["| status | meaning |", "|---|---|"]
+    return "\n".join(rows + [f"| `{status.value}` | {status.meaning} |" for status in Status]) + "\n"
+
+
+def with_status_table(page: str) -> str:
+    """``page`` (docs/cluster.md) with the table between its ``STATUS_TABLE`` marks rewritten by ``status_table``."""
+    start, end = page.index(STATUS_TABLE[0]) + len(STATUS_TABLE[0]), page.index(STATUS_TABLE[1])
+    return page[:start] + "\n" + status_table() + page[end:]
+

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mpplan.plan import DevicePlan, Plan
+from mpplan.search_status import Status
 from mpplan.summary import GraphSummary
 from mpplan.timeline import Timeline
 from mpplan.units import format_size
@@ -243,21 +244,9 @@ def _results_markdown(results: Sequence[dict[str, Any]]) -> str:
     ]
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     headers = ("key", "status", "peak", "peak is", "step time (s)", "settings")
-    legend = "; ".join(f"`{k}`: {STATUS_MEANINGS[k]}" for k in sorted(counts) if k in STATUS_MEANINGS)
+    meanings = {status.value: status.meaning for status in Status}
+    legend = "; ".join(f"`{k}`: {meanings[k]}" for k in sorted(counts) if k in meanings)
     return f"## Search candidates ({summary})\n\n" + _md_table(headers, rows) + f"\n\n{legend} (docs/cluster.md)."
-
-
-#: What each candidate status of a search means, as the report's legend says it (``mpplan.cluster.records.Status``;
-#: the report does not import the cluster package, which loads Ray).
-STATUS_MEANINGS = {
-    "ok": "measured, within every device's capacity",
-    "predicted_fit": "planned and predicted to fit, not measured (ranked below `top_k`, or `top_k` is 0)",
-    "predicted_misfit": "the plan's predicted peak exceeds a device, so it was not measured",
-    "oom": "ran out of device memory while measured",
-    "timeout": "still running after `timeout_s` on every attempt",
-    "actor_died": "its actor process died on every attempt",
-    "error": "the config, the planner or the measurement raised (`error` in results.jsonl)",
-}
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

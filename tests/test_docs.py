@@ -1,4 +1,4 @@
-"""The docs hold: the generated reference pages match the code (rerun scripts/gen_docs.py when
+"""The docs hold: the generated reference pages and tables match the code (rerun scripts/gen_docs.py when
 that fails), the README's set-up commands keep their shape, and a clone runs the tests."""
 
 import os
@@ -11,7 +11,7 @@ from xml.etree import ElementTree
 import pytest
 
 from conftest import REPO
-from mpplan.reference import cli_reference, config_reference
+from mpplan.reference import STATUS_TABLE, cli_reference, config_reference, status_table, with_status_table
 
 
 def test_configuration_reference_is_current():
@@ -21,6 +21,15 @@ def test_configuration_reference_is_current():
 def test_cli_reference_is_current(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     assert (REPO / "docs" / "cli.md").read_text() == cli_reference()
+
+
+def test_cluster_docs_status_table_is_current():
+    """docs/cluster.md's table of search statuses says each meaning in the words of ``mpplan.search_status``,
+    which the report's legend uses too (they were written three times, and had drifted apart)."""
+    page = (REPO / "docs" / "cluster.md").read_text()
+    assert page.count(STATUS_TABLE[0]) == page.count(STATUS_TABLE[1]) == 1
+    assert with_status_table(page) == page
+    assert f"\n{STATUS_TABLE[0]}\n{status_table()}{STATUS_TABLE[1]}\n" in page
 
 
 CPU_TORCH = "$(nvidia-smi -L >/dev/null 2>&1 || echo --extra-index-url https://download.pytorch.org/whl/cpu)"

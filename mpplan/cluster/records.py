@@ -8,38 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from mpplan.config import Config
 from mpplan.errors import ConfigError
 from mpplan.plan import Plan
+from mpplan.search_status import Status as Status  # re-exported: the search's records hold it
 
 RESULT_SCHEMA = "mpplan.search.result/1"
-
-
-class Status(str, Enum):
-    """How a candidate ended."""
-
-    OK = "ok"
-    """Measured, and every device stayed within its capacity."""
-    PREDICTED_FIT = "predicted_fit"
-    """Planned and predicted to fit, not measured (ranked below ``top_k``, or ``top_k`` is 0)."""
-    PREDICTED_MISFIT = "predicted_misfit"
-    """The plan's predicted peak exceeds a device's capacity: skipped, never measured."""
-    OOM = "oom"
-    """Ran out of device memory while measured (an OOM error, or a measured peak above capacity)."""
-    TIMEOUT = "timeout"
-    """Still running after ``timeout_s`` on every attempt; its actor was killed each time."""
-    ACTOR_DIED = "actor_died"
-    """Its actor process died on every attempt."""
-    ERROR = "error"
-    """The config, the planner or the evaluation raised; ``Result.error`` says what."""
-
-    @property
-    def failed(self) -> bool:
-        """A measurement was attempted and gave no usable number."""
-        return self in (Status.OOM, Status.TIMEOUT, Status.ACTOR_DIED, Status.ERROR)
 
 
 @dataclass(frozen=True)
