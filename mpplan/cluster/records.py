@@ -49,7 +49,10 @@ class Candidate:
     ``config`` is the run config with ``overrides`` applied; ``plan`` is the
     driver's plan for it; ``key`` identifies it across runs (see ``space.candidate_key``).
     ``apply_peak_bytes`` is ``apply``'s predicted peak in the user's loop when the
-    search judges fit by it (``search.fit: apply``), else None.
+    search judges fit by it (``search.fit: apply``), else None.  ``planned_for`` is the torch
+    device type whose kernels ``plan``'s arena blocks and scratch were derived for
+    (``planning.PLANNED_FOR``), None when it counts none: an actor whose devices are of
+    another type plans the point again for its own.
     """
 
     key: str
@@ -57,6 +60,7 @@ class Candidate:
     config: Config
     plan: Plan
     apply_peak_bytes: int | None = None
+    planned_for: str | None = None
 
     @property
     def workload(self) -> dict[str, int]:
