@@ -191,6 +191,8 @@ def result_of(candidate: Candidate, status: Status, **measured: Any) -> Result:
     """The result line of a planned candidate; ``measured`` adds measurement, error, attempts, seconds, worker."""
     plan_ = candidate.plan
     predicted = predicted_of(plan_)
+    if candidate.planned_for is not None:  # the basis of the peaks: arena blocks and scratch for this device type
+        predicted["planned_for"] = candidate.planned_for
     if candidate.apply_peak_bytes is not None:  # search.fit: apply: the search judges by the user's loop
         predicted.update(fit="apply", plan_max_peak_bytes=plan_.max_peak_bytes,
                          max_peak_bytes=candidate.apply_peak_bytes, misfit_bytes=0)

@@ -83,7 +83,9 @@ class Result:
     """One line of ``results.jsonl``: a candidate, how it ended, what was predicted and measured.
 
     ``predicted`` holds ``max_peak_bytes``, ``cross_device_bytes``, ``compute_overhead``
-    and ``devices`` ({name: peak bytes}); ``capacities`` the usable bytes per device;
+    and ``devices`` ({name: peak bytes}), and for a torch model ``planned_for``, the torch
+    device type whose arena blocks and scratch the peaks count (``blocks_unknown``: a
+    result written before it was recorded); ``capacities`` the usable bytes per device;
     ``measurement`` the evaluator's dict (``devices[].measured_peak_bytes``,
     ``step_time_s``, ...).  ``attempts`` counts evaluations on actors (0: never sent).
     """
@@ -164,6 +166,15 @@ class Result:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: malformed search result ({type(exc).__name__}: {exc})") from None
+
+
+def blocks_unknown(result: Result) -> bool:
+    """Whether a torch model's stored plan-fit prediction does not say it counts arena blocks and scratch
+    (``predicted.planned_for``): a search written before mpplan recorded it predicted the plain plan, which
+    arena mode does not run as it is, so its peaks are not comparable with those predicted since.  Only a
+    torch model's plans have blocks: the caller asks of those."""
+    predicted = result.predicted
+    return predicted is not None and "planned_for" not in predicted and predicted.get("fit") != "apply"
 
 
 def predicted_of(plan: Plan) -> dict[str, Any]:
