@@ -125,3 +125,56 @@ def test_runtime_evaluator_measures_a_rematerialised_plan_exactly():
     assert evaluation.status is Status.OK, evaluation.error
     assert "replanned" not in evaluation.measurement
     assert evaluation.measurement["devices"][0]["tracked_peak_bytes"] == made.max_peak_bytes
+
+
+# The quickstart's transformer, small: on virtual devices a plan without arena blocks measures 12,288 bytes over
+# its prediction on cuda:0 (an op's copied-in results are held beside the one-block arena), while the other device
+# (the larger peak) measures as predicted: only per-device peaks tell the two plans apart.
+SMALL_GPT = ["model.torch.kwargs.n_layers=1", "model.torch.kwargs.d_model=32", "model.torch.kwargs.max_seq_len=16",
+             "workload.batch=2", "workload.seq=16"]
+
+
+def measured_peaks(measurement: dict) -> dict[str, int]:
+    return {d["name"]: d["measured_peak_bytes"] for d in measurement["devices"]}
+
+
+def test_runtime_evaluator_replans_as_arena_mode_runs_it():
+    """A replanned candidate's per-device peaks are predicted as the run holds them (blocks and scratch)."""
+    pytest.importorskip("mpplan.runtime.evaluate")
+    config = load_config(REPO / "configs" / "quickstart.yaml", SMALL_GPT)
+    driver_plan = plan(chain(4), resolve_devices(config), PlannerSettings.from_config(config.planner))
+    evaluation = evaluate_safely(RuntimeEvaluator(steps=1, warmup=0), Candidate("k", (), config, driver_plan))
+    assert evaluation.status is Status.OK, evaluation.error
+    replanned = evaluation.measurement["replanned"]
+    assert measured_peaks(evaluation.measurement) == replanned["devices"]
+    assert replanned["max_peak_bytes"] == max(replanned["devices"].values())
+
+
+@pytest.mark.parametrize("planned_for", ["cpu", "cuda"])
+def test_runtime_evaluator_replans_for_kernels_of_another_device_type(planned_for):
+    """Same graph, other device type: the actor derives the blocks and scratch for the kernels it runs."""
+    pytest.importorskip("mpplan.runtime.evaluate")
+    from mpplan.capture import program_from_config
+    from mpplan.runtime.scratch import plan_as_run
+    from mpplan.verify import verify
+
+    config = load_config(REPO / "configs" / "quickstart.yaml", SMALL_GPT)
+    program = program_from_config(config)
+    settings = PlannerSettings.from_config(config.planner)
+    # The driver's plan for virtual devices; planned "for cuda" stands for one derived for a GPU's kernels (none
+    # here), which a CPU actor must not run as it is: the plain plan, without blocks, measures over it.
+    driver_plan = (plan_as_run(program, resolve_devices(config), settings, "cpu") if planned_for == "cpu"
+                   else plan(program.graph, resolve_devices(config), settings))
+    verify(program.graph, driver_plan)
+    candidate = Candidate("k", (), config, driver_plan, planned_for=planned_for)
+    evaluation = evaluate_safely(RuntimeEvaluator(steps=1, warmup=0), candidate)
+    assert evaluation.status is Status.OK, evaluation.error
+    measured = measured_peaks(evaluation.measurement)
+    virtual = set(evaluation.measurement["device_map"].values()) == {"cpu"}
+    if planned_for == "cpu" and virtual:  # the driver's plan, as it predicted
+        assert "replanned" not in evaluation.measurement
+        assert measured == {d.name: d.peak_bytes for d in driver_plan.devices}
+    else:
+        replanned = evaluation.measurement["replanned"]
+        assert replanned["graph_hash"] == driver_plan.graph_hash
+        assert measured == replanned["devices"] != {d.name: d.peak_bytes for d in driver_plan.devices}

@@ -113,3 +113,33 @@ def test_best_and_summary_are_written_whole(tmp_path):
         "results.jsonl",
         "summary.json",
     ]
+
+
+def test_a_resumed_torch_search_flags_results_predicted_without_arena_blocks(tmp_path, caplog):
+    """A store written before ``predicted.planned_for`` was recorded predicted the plain plan: it still loads,
+    and a resume says how many of its results rank by those other peaks."""
+    from conftest import REPO
+
+    from mpplan.cluster import run_search
+    from mpplan.config import load_config
+
+    small = ["model.torch.kwargs.n_layers=1", "model.torch.kwargs.d_model=32", "model.torch.kwargs.max_seq_len=16",
+             "workload.batch=2", "workload.seq=16", "search.top_k=0"]
+    config = load_config(REPO / "configs" / "quickstart.yaml", small)
+    out = tmp_path / "out"
+    first = run_search(config, out=out, progress=False)
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == first.candidates == 4
+    assert all(line["predicted"]["planned_for"] == "cpu" for line in lines)
+
+    with caplog.at_level("WARNING", logger="mpplan"):
+        run_search(config, out=out, resume=True, progress=False)
+    assert "predicted without arena blocks" not in caplog.text
+
+    del lines[0]["predicted"]["planned_for"], lines[2]["predicted"]["planned_for"]  # as written before
+    (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mpplan"):
+        resumed = run_search(config, out=out, resume=True, progress=False)
+    assert resumed.resumed == 4
+    assert "search: 2 resumed result(s)" in caplog.text and "predicted without arena blocks" in caplog.text

@@ -32,13 +32,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpplan.cluster.records import Candidate, Evaluation, Status
 from mpplan.cluster.space import workload_key
 from mpplan.config import resolve_devices
 from mpplan.errors import ConfigError
 from mpplan.graph_hash import hash_matches
+
+if TYPE_CHECKING:  # the runtime loads torch: imported on the actor, when it measures
+    from mpplan.runtime.devices import DeviceMap
 
 EvaluateFn = Callable[[Candidate], dict[str, Any]]
 
@@ -141,21 +144,18 @@ class RuntimeEvaluator:
     _built: OrderedDict[str, tuple[Any, Any, Any]] = field(default_factory=OrderedDict, init=False, repr=False)
 
     def __call__(self, candidate: Candidate) -> dict[str, Any]:
-        from mpplan.runtime.evaluate import evaluate_program
-
-        from mpplan.planner import PlannerSettings, plan
+        from mpplan.planner import PlannerSettings
         from mpplan.runtime.devices import map_devices
+        from mpplan.runtime.evaluate import evaluate_program
+        from mpplan.runtime.scratch import plan_as_run
 
         planned = candidate.plan
         device_map = map_devices([d.name for d in planned.devices])
         model, inputs, program = self._build(candidate, device_map.torch_device(planned.devices[0].name))
-        replanned = not hash_matches(planned.graph_hash, program.graph)
+        replanned = not hash_matches(planned.graph_hash, program.graph) or _other_kernels(candidate, device_map)
         if replanned:  # traced for a GPU here, for the CPU on the driver: other kernels, same settings
-            from mpplan.runtime.scratch import plan_with_scratch
-
             settings = PlannerSettings.from_config(candidate.config.planner)
-            made = plan(program.graph, resolve_devices(candidate.config), settings)
-            planned = plan_with_scratch(program, made, device_map.to_dict())  # as the driver's: as arena mode runs it
+            planned = plan_as_run(program, resolve_devices(candidate.config), settings, device_map.to_dict())
         measurement = evaluate_program(
             program,
             planned,
@@ -174,7 +174,8 @@ class RuntimeEvaluator:
             )
         result = measurement.to_dict()
         if replanned:
-            result["replanned"] = {"graph_hash": planned.graph_hash, "max_peak_bytes": planned.max_peak_bytes}
+            result["replanned"] = {"graph_hash": planned.graph_hash, "max_peak_bytes": planned.max_peak_bytes,
+                                   "devices": {d.name: d.peak_bytes for d in planned.devices}}
         return result
 
     def _build(self, candidate: Candidate, device: Any) -> tuple[Any, Any, Any]:
@@ -196,3 +197,12 @@ class RuntimeEvaluator:
         program = capture_for(model, inputs, device, mode=spec.mode, optimizer=optimizer, loss_fn=None)
         self._built[key] = (model, inputs, program)
         return self._built[key]
+
+
+def _other_kernels(candidate: Candidate, device_map: DeviceMap) -> bool:
+    """Whether some planned device runs on a torch device type other than the one whose kernels the driver
+    derived the plan's arena blocks and scratch for (``Candidate.planned_for``): which results a kernel
+    computes outside the arena, and so the peak, depends on it even where the graph is the same."""
+    if candidate.planned_for is None:
+        return False
+    return any(device_map.torch_device(d.name).type != candidate.planned_for for d in candidate.plan.devices)

@@ -4,9 +4,9 @@ Each point either ends here (``predicted_misfit``, ``error``, or found finished 
 the store on resume) or becomes a ``Candidate`` predicted to fit, to be ranked and
 perhaps measured.  Graphs are built once per (model, workload): a planner sweep
 over one model captures it once, a batch sweep once per batch.  A torch model's plan
-is the one ``mpplan plan`` and ``mpplan run`` make, as arena mode runs it (its blocks,
-and what ops hold outside them: ``runtime.scratch.plan_with_scratch``), so the peak
-it predicts is the peak a measurement finds.
+is the one ``mpplan plan`` makes, as arena mode runs it on virtual devices (its blocks,
+and what ops hold outside them: ``runtime.scratch.plan_as_run``), so the peak it
+predicts is the peak a measurement there finds; an actor on GPUs plans it again.
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ from mpplan.planner import PlannerSettings, plan
 
 if TYPE_CHECKING:
     from mpplan.capture.torch_capture import CapturedProgram
+
+PLANNED_FOR = "cpu"
+"""The torch device type the driver plans a torch model's points for: its capture (``program_from_config``,
+on ``meta``) traces the CPU's kernels, so its blocks and scratch are those of virtual devices, whatever GPUs
+the driver or the actors have.  An actor running on another type plans the point again for its own kernels
+(``evaluator.RuntimeEvaluator``)."""
 
 Outcome = Candidate | Result
 """What planning a point gives: a candidate still to rank and measure, or a finished result."""
@@ -68,7 +74,7 @@ class PointPlanner:
         except Exception as exc:  # noqa: BLE001 - an invalid combination is one bad candidate
             return self._finish(Result(invalid_key(overrides), Status.ERROR, dict(overrides), error=_message(exc)))
         try:
-            graph = self._graph(config)
+            program, graph = self._graph(config)
             devices = resolve_devices(config)
             settings = PlannerSettings.from_config(config.planner)
             # version 1 of the graph's hash, which keys written before version 2 hold: a stored search resumes
@@ -84,7 +90,7 @@ class PointPlanner:
                 raise ValueError("devices: needs at least one device to plan for")
             if self.fit == "apply":
                 return self._plan_for_apply(key, overrides, config, devices, settings)
-            made = self._plan(config, graph, devices, settings)
+            made = self._plan(program, graph, devices, settings)
         except Exception as exc:  # noqa: BLE001 - a planner failure on one point must not stop the search
             failed = Result(
                 key,
@@ -96,7 +102,7 @@ class PointPlanner:
                 error=_message(exc),
             )
             return self._finish(failed)
-        candidate = Candidate(key, tuple(overrides), config, made)
+        candidate = Candidate(key, tuple(overrides), config, made, planned_for=_planned_for(program))
         if made.misfits:
             return self._finish(result_of(candidate, Status.PREDICTED_MISFIT))
         self.plans[key] = made
@@ -141,30 +147,31 @@ class PointPlanner:
                                          PlannerSettings.from_config(config.planner))
             assert isinstance(again, Candidate), "a point predicted to fit fits again: planning is deterministic"
             return again
+        program, graph = self._graph(config)
         made = self.plans.get(result.key) or self._plan(
-            config, self._graph(config), resolve_devices(config), PlannerSettings.from_config(config.planner)
+            program, graph, resolve_devices(config), PlannerSettings.from_config(config.planner)
         )
         self.plans[result.key] = made
-        return Candidate(result.key, overrides, config, made)
+        return Candidate(result.key, overrides, config, made, planned_for=_planned_for(program))
 
-    def _graph(self, config: Config) -> Graph:
+    def _graph(self, config: Config) -> tuple[CapturedProgram | None, Graph]:
+        """The config's captured torch model (None for another model) and its graph, built once per workload."""
         key = workload_key(config)
         if key not in self._graphs:
             program = program_from_config(config) if config.model.torch is not None else None
             self._programs[key] = program
             self._graphs[key] = graph_from_config(config, program)
-        return self._graphs[key]
+        return self._programs[key], self._graphs[key]
 
-    def _plan(self, config: Config, graph: Graph, devices: Sequence[Device], settings: PlannerSettings) -> Plan:
-        """The point's plan; a torch model's as arena mode runs it (module docstring), the same plan
-        ``mpplan plan`` writes for these settings."""
-        made = plan(graph, devices, settings)
-        program = self._programs.get(workload_key(config))
+    def _plan(self, program: CapturedProgram | None, graph: Graph, devices: Sequence[Device],
+              settings: PlannerSettings) -> Plan:
+        """The point's plan; a torch model's (``program``, ``graph`` its graph) as arena mode runs it on
+        ``PLANNED_FOR`` devices (module docstring), the same plan ``mpplan plan`` writes for these settings."""
         if program is None:
-            return made
-        from mpplan.runtime.scratch import plan_with_scratch
+            return plan(graph, devices, settings)
+        from mpplan.runtime.scratch import plan_as_run
 
-        return plan_with_scratch(program, made)
+        return plan_as_run(program, devices, settings, PLANNED_FOR)
 
     def forget(self, keys: set[str]) -> None:
         """Drop the kept plans of ``keys`` (candidates that will not be measured)."""
@@ -184,6 +191,8 @@ def result_of(candidate: Candidate, status: Status, **measured: Any) -> Result:
     """The result line of a planned candidate; ``measured`` adds measurement, error, attempts, seconds, worker."""
     plan_ = candidate.plan
     predicted = predicted_of(plan_)
+    if candidate.planned_for is not None:  # the basis of the peaks: arena blocks and scratch for this device type
+        predicted["planned_for"] = candidate.planned_for
     if candidate.apply_peak_bytes is not None:  # search.fit: apply: the search judges by the user's loop
         predicted.update(fit="apply", plan_max_peak_bytes=plan_.max_peak_bytes,
                          max_peak_bytes=candidate.apply_peak_bytes, misfit_bytes=0)
@@ -205,6 +214,12 @@ def predicted_to_fit(outcome: Outcome) -> bool:
     if isinstance(outcome, Candidate):
         return True
     return outcome.predicted is not None and outcome.status is not Status.PREDICTED_MISFIT
+
+
+def _planned_for(program: CapturedProgram | None) -> str | None:
+    """The torch device type a point's plan counts arena blocks and scratch for: ``PLANNED_FOR`` for a torch
+    model, None for a graph planned without them."""
+    return None if program is None else PLANNED_FOR
 
 
 def _message(exc: BaseException) -> str:

@@ -25,7 +25,10 @@ class Candidate:
     ``config`` is the run config with ``overrides`` applied; ``plan`` is the
     driver's plan for it; ``key`` identifies it across runs (see ``space.candidate_key``).
     ``apply_peak_bytes`` is ``apply``'s predicted peak in the user's loop when the
-    search judges fit by it (``search.fit: apply``), else None.
+    search judges fit by it (``search.fit: apply``), else None.  ``planned_for`` is the torch
+    device type whose kernels ``plan``'s arena blocks and scratch were derived for
+    (``planning.PLANNED_FOR``), None when it counts none: an actor whose devices are of
+    another type plans the point again for its own.
     """
 
     key: str
@@ -33,6 +36,7 @@ class Candidate:
     config: Config
     plan: Plan
     apply_peak_bytes: int | None = None
+    planned_for: str | None = None
 
     @property
     def workload(self) -> dict[str, int]:
@@ -55,7 +59,9 @@ class Result:
     """One line of ``results.jsonl``: a candidate, how it ended, what was predicted and measured.
 
     ``predicted`` holds ``max_peak_bytes``, ``cross_device_bytes``, ``compute_overhead``
-    and ``devices`` ({name: peak bytes}); ``capacities`` the usable bytes per device;
+    and ``devices`` ({name: peak bytes}), and for a torch model ``planned_for``, the torch
+    device type whose arena blocks and scratch the peaks count (``blocks_unknown``: a
+    result written before it was recorded); ``capacities`` the usable bytes per device;
     ``measurement`` the evaluator's dict (``devices[].measured_peak_bytes``,
     ``step_time_s``, ...).  ``attempts`` counts evaluations on actors (0: never sent).
     """
@@ -136,6 +142,15 @@ class Result:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: malformed search result ({type(exc).__name__}: {exc})") from None
+
+
+def blocks_unknown(result: Result) -> bool:
+    """Whether a torch model's stored plan-fit prediction does not say it counts arena blocks and scratch
+    (``predicted.planned_for``): a search written before mpplan recorded it predicted the plain plan, which
+    arena mode does not run as it is, so its peaks are not comparable with those predicted since.  Only a
+    torch model's plans have blocks: the caller asks of those."""
+    predicted = result.predicted
+    return predicted is not None and "planned_for" not in predicted and predicted.get("fit") != "apply"
 
 
 def predicted_of(plan: Plan) -> dict[str, Any]:

@@ -7,6 +7,7 @@ measure (``mpplan.cluster.choose``) hand to the measuring loop in ``mpplan.clust
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,11 +17,13 @@ from mpplan.cluster.evaluator import EvaluateFn
 from mpplan.cluster.objective import Objective
 from mpplan.cluster.planning import Outcome, PointPlanner
 from mpplan.cluster.progress import Progress
-from mpplan.cluster.records import Candidate, Result, Status
+from mpplan.cluster.records import Candidate, Result, Status, blocks_unknown
 from mpplan.cluster.space import Axis, base_raw
 from mpplan.cluster.store import ResultStore
 from mpplan.cluster.summary import SearchSummary
 from mpplan.config import Config
+
+logger = logging.getLogger("mpplan")
 
 
 class Work(Protocol):
@@ -87,8 +90,19 @@ class Session:
             self.on_result(result)
 
     def start_best(self) -> None:
-        """After planning: the best among this space's finished results, and ``best/`` made to match it."""
+        """After planning: the best among this space's finished results, and ``best/`` made to match it.
+
+        Warns of resumed results of a torch model predicted without arena blocks and scratch
+        (``records.blocks_unknown``): they rank by other peaks than the points predicted now."""
         mine = [self.store.results[k] for k in sorted(self.planner.keys) if k in self.store.results]
+        if self.config.model.torch is not None:
+            old = sum(1 for r in mine if r.key in self.store.loaded_keys and blocks_unknown(r))
+            if old:
+                logger.warning(
+                    "search: %d resumed result(s) in %s were predicted without arena blocks and scratch (written "
+                    "before results recorded predicted.planned_for); their predicted peaks differ from this "
+                    "run's by what arena mode holds: search into a new --out to predict every point alike",
+                    old, self.store.path)
         self.best = self.objective.best(mine, measured=self.measuring)
         if self.best is not None and self.store.best_on_disk() != self.best.key:
             self._publish(self.best)  # a run killed between results.jsonl and best/ left it behind

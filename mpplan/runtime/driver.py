@@ -4,7 +4,7 @@ The model is built for real on CPU (``build_torch_model``) with the config's
 seeded example inputs, captured on fake tensors for the torch device the first
 planned device runs on (GPU kernels differ from CPU ones), planned with the
 config's planner settings over its devices (its peak counting what arena mode holds
-outside the arena there, ``scratch.plan_with_scratch``), and evaluated; ``RunResult.measurement.to_dict()`` is
+outside the arena there, ``scratch.plan_as_run``), and evaluated; ``RunResult.measurement.to_dict()`` is
 ``measurement.json``.  By default all of it runs in a child process (``run_isolated``), so
 that a crash in a kernel or in the measurement becomes a ``MeasurementCrash``, not a dead run.
 """
@@ -19,12 +19,12 @@ from mpplan.config import Config, resolve_devices
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph
 from mpplan.plan import Plan
-from mpplan.planner import PlannerSettings, plan
+from mpplan.planner import PlannerSettings
 from mpplan.runtime.devices import DevicesArg, map_devices
 from mpplan.runtime.evaluate import evaluate_program
 from mpplan.runtime.isolate import run_isolated
 from mpplan.runtime.measure import Measurement
-from mpplan.runtime.scratch import plan_with_scratch
+from mpplan.runtime.scratch import plan_as_run
 from mpplan.runtime.trace import capture_for
 
 __all__ = ["RunResult", "run_config"]
@@ -87,8 +87,7 @@ def _run_config(
         model, inputs, device_map.torch_device(targets[0].name), mode=spec.mode, optimizer=optimizer, loss_fn=None
     )
     # The plan counts what arena mode holds outside the arena on these devices, so its peak is the prediction.
-    planned = plan_with_scratch(program, plan(program.graph, targets, PlannerSettings.from_config(config.planner)),
-                                device_map.to_dict())
+    planned = plan_as_run(program, targets, PlannerSettings.from_config(config.planner), device_map.to_dict())
     measurement = evaluate_program(
         program, planned, model, inputs, steps=steps, warmup=warmup, arena=arena, devices=device_map.to_dict(),
         eager=eager, seed=seed,

@@ -16,26 +16,39 @@ largest scratch: ``peak = static + arena + scratch``, whatever the order or offs
 ``with_blocks``): each held only while its buffers live, and a copied-in result kept
 as a block of its own where that lowers the peak (adopted: no copy, no scratch).
 Its peak is static + the most the live blocks and the running op's scratch hold at
-one step, which is what the run measures.
+one step, which is what the run measures.  ``plan_as_run`` plans a captured program
+that way: what ``mpplan plan``, ``mpplan run`` and the search (driver and actors) predict.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Set as AbstractSet
+from collections.abc import Callable, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass
 
 from mpplan import sim
 from mpplan.capture.torch_capture import CapturedProgram
+from mpplan.config import Device
+from mpplan.errors import InfeasibleError
 from mpplan.liveness import live_ranges
 from mpplan.passes.copies import Placed
 from mpplan.plan import Block, Plan
+from mpplan.planner import PlannerSettings, plan as plan_graph
 from mpplan.runtime.arena import Rewrite, exact_rewrite
 from mpplan.runtime.blocks import alone, buffer_lives, buffer_sizes, cut_blocks, own_blocks
 from mpplan.runtime.devices import DeviceMap, DevicesArg, map_devices
 from mpplan.runtime.schedule import Schedule, Step, Target, compile_schedule, flatten
 
-__all__ = ["Landing", "held_by_run", "landing", "op_scratch", "plan_with_scratch", "with_blocks", "with_scratch"]
+__all__ = [
+    "Landing",
+    "held_by_run",
+    "landing",
+    "op_scratch",
+    "plan_as_run",
+    "plan_with_scratch",
+    "with_blocks",
+    "with_scratch",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +179,27 @@ def plan_with_scratch(program: CapturedProgram, plan: Plan, devices: DevicesArg 
     choices = [with_blocks(plan, cut(plan.buffers, sizes, lives, adopted), op_scratch(schedule, device_map, adopted))
                for cut, adopted in ((cut_blocks, safe), (cut_blocks, every), (own_blocks, every))]
     return min(choices, key=lambda p: (p.max_peak_bytes, len(p.blocks)))
+
+
+def plan_as_run(program: CapturedProgram, devices: Sequence[Device], settings: PlannerSettings,
+                device_map: DevicesArg = None) -> Plan:
+    """``program``'s graph planned over ``devices`` with ``settings``, as arena mode runs it on ``device_map``.
+
+    The one way a torch model's point is planned (``mpplan plan``, ``mpplan run``, the search's driver and
+    its actors), so all of them predict the same peak for it.  ``device_map`` as for ``plan_with_scratch``:
+    it must match the device type ``program`` was traced for, since only results the traced kernels put on
+    that type count as landing in the arena.  A remat budget nothing fits raises the remat pass's
+    ``RematInfeasibleError`` with its best plan (``exc.plan``) likewise as run.
+    """
+    try:
+        made = plan_graph(program.graph, devices, settings)
+    except InfeasibleError as exc:
+        from mpplan.passes.remat import RematInfeasibleError  # loaded by a plan that recomputes
+
+        if isinstance(exc, RematInfeasibleError) and exc.plan is not None:
+            exc.plan = plan_with_scratch(program, exc.plan, device_map)
+        raise
+    return plan_with_scratch(program, made, device_map)
 
 
 def _adoptable(program: CapturedProgram, step: Step, targets: tuple[Target, ...],

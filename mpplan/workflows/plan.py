@@ -68,24 +68,24 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     program = program_from_config(config) if config.model.torch is not None else None
     graph = graph_from_config(config, program)
 
-    def as_run(planned: Plan) -> Plan:
-        """What arena mode holds when it runs a torch model's plan: the peak a device really needs."""
+    def planned(settings: PlannerSettings) -> Plan:
+        """The plan; a torch model's as arena mode runs it (its blocks and scratch): the peak a device needs."""
         if program is None:
-            return planned
-        from mpplan.runtime.scratch import plan_with_scratch
+            return plan(graph, devices, settings)
+        from mpplan.runtime.scratch import plan_as_run  # loads torch: only for a torch model, captured above
 
-        return plan_with_scratch(program, planned)
+        return plan_as_run(program, devices, settings, "virtual")  # captured on meta: the CPU's kernels
 
     settings = PlannerSettings.from_config(config.planner)
     refused = None
     try:
-        result = as_run(plan(graph, devices, settings))
+        result = planned(settings)
     except InfeasibleError as exc:  # the remat package's refusal: it is loaded only by a plan that recomputes
         from mpplan.passes.remat import RematInfeasibleError
 
         if not isinstance(exc, RematInfeasibleError) or exc.plan is None:
             raise
-        refused, result = exc, as_run(exc.plan)
+        refused, result = exc, exc.plan
     budget = missed_budget(result)
     verify(graph, result, check_capacity=False)  # a misfit is still a correct plan
     path = save_plan(result, folder / "plan.json")
@@ -95,7 +95,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
         "one device, as-given order, perfect allocator": static + sim.order_load(graph, range(len(graph.ops))),
     }
     if result.remat:
-        without = as_run(plan(graph, devices, dataclasses.replace(settings, remat="none")))
+        without = planned(dataclasses.replace(settings, remat="none"))
         baselines["these settings without recomputation"] = without.max_peak_bytes
     baselines["this plan"] = result.max_peak_bytes
     report = write_plan_report(graph, result, folder, baselines, figures=False)
