@@ -16,7 +16,7 @@ from conftest import needs_shared_data, shared_data_files
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_remat_cutmilp2 import MAX_COMBOS, combos, least_family_cost
-from test_remat_cutmulti import twice_read
+from test_remat_cutmulti import slow_first_fit_and_cuts, twice_read
 from test_remat_cuts import gapped_graphs, peak, planned_with
 from test_remat_cutsearch import fitting_start
 
@@ -126,17 +126,7 @@ def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> No
     the two searches: here the first fit takes a third of the limit and the cut phase every
     second it is given, and the LNS still starts with its share."""
     limit_s = 3.0
-    seconds: dict[str, float] = {}
-    fit_budget = api.fit_budget
-
-    def slow_fit(*args: Any) -> Any:
-        found = fit_budget(*args)
-        time.sleep(limit_s / 3)
-        return found
-
-    def cuts(model: object, limit: int, solver: str, time_limit_s: float, *, beat: float) -> None:
-        seconds["cuts"] = time_limit_s
-        time.sleep(max(0.0, time_limit_s))
+    seconds = slow_first_fit_and_cuts(monkeypatch, limit_s)
 
     def lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int, deadline: float) -> Any:
         seconds["lns"] = deadline - time.perf_counter()
@@ -145,8 +135,6 @@ def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> No
     def unused(*args: Any) -> None:
         raise AssertionError("a search ran in the LNS's share")
 
-    monkeypatch.setattr(api, "fit_budget", slow_fit)
-    monkeypatch.setattr(api, "fit_cuts", cuts)
     monkeypatch.setattr(api, "search_lns", lns)
     monkeypatch.setattr(api, "search_cuts", unused)
     monkeypatch.setattr(api, "search_multi", unused)

@@ -169,12 +169,9 @@ def test_the_multi_search_fits_never_costs_more_than_its_start_nor_less_than_bru
                                                 from_ops=found.from_ops)))
 
 
-def test_the_cut_phase_ends_by_the_rounds_end_so_the_search_keeps_its_share(monkeypatch) -> None:
-    """The cut phase takes half the time to the limit, but no more than to the second-round
-    phase's end: here the first fit takes a third of the limit and the cut phase every second
-    it is given, and the search still starts with its whole share (before, the cut phase ran
-    to two thirds of the limit, past the rounds' end, and the search got a third of its share)."""
-    limit_s = 3.0
+def slow_first_fit_and_cuts(monkeypatch: pytest.MonkeyPatch, limit_s: float) -> dict[str, float]:
+    """``api``'s first fit made to take a third of ``limit_s`` and its cut phase every second it is given;
+    the seconds each phase is given, filled in as they run (the cut phase's under ``"cuts"``)."""
     seconds: dict[str, float] = {}
     fit_budget = api.fit_budget
 
@@ -185,14 +182,25 @@ def test_the_cut_phase_ends_by_the_rounds_end_so_the_search_keeps_its_share(monk
 
     def cuts(model: object, limit: int, solver: str, time_limit_s: float, *, beat: float) -> None:
         seconds["cuts"] = time_limit_s
-        time.sleep(time_limit_s)
+        time.sleep(max(0.0, time_limit_s))
+
+    monkeypatch.setattr(api, "fit_budget", slow_fit)
+    monkeypatch.setattr(api, "fit_cuts", cuts)
+    return seconds
+
+
+def test_the_cut_phase_ends_by_the_rounds_end_so_the_search_keeps_its_share(monkeypatch) -> None:
+    """The cut phase takes half the time to the limit, but no more than to the second-round
+    phase's end: here the first fit takes a third of the limit and the cut phase every second
+    it is given, and the search still starts with its whole share (before, the cut phase ran
+    to two thirds of the limit, past the rounds' end, and the search got a third of its share)."""
+    limit_s = 3.0
+    seconds = slow_first_fit_and_cuts(monkeypatch, limit_s)
 
     def search(model: object, names: object, from_ops: object, limit: int, deadline: float) -> None:
         seconds["search"] = deadline - time.perf_counter()
 
     monkeypatch.setattr(api, "eligible", lambda model: False)  # a graph too large for the LNS
-    monkeypatch.setattr(api, "fit_budget", slow_fit)
-    monkeypatch.setattr(api, "fit_cuts", cuts)
     monkeypatch.setattr(api, "search_cuts", search)
     monkeypatch.setattr(api, "search_multi", lambda *args: None)
     r = remat(twice_read(), "budget", budget=460, time_limit_s=limit_s)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from mpplan.passes.remat.cutexact import warm_point
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
@@ -32,7 +33,10 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["SUB_SECONDS", "WINDOW", "lns_cuts", "windows"]
+__all__ = ["SUB_SECONDS", "WINDOW", "fixed_columns", "lns_cuts", "windows"]
+
+#: A cut program or one of its extensions (``cutmilp2.DoubleProgram``).
+P = TypeVar("P", bound=CutProgram)
 
 #: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones:
 #: on RL250 at 0.8 HiGHS solves such a sub-MILP to optimality in 1.5-5 s.
@@ -74,7 +78,7 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
             left = deadline - time.perf_counter()
             if left <= 0:
                 return best
-            arrays = _fixed(program, best, set(free) | set(best))
+            arrays = fixed_columns(program, best, set(free) | set(best))
             _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
             if x is None:
                 continue
@@ -85,7 +89,7 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
     return best
 
 
-def _fixed(program: CutProgram, chosen: Mapping[int, int], free: set[int]) -> CutProgram:
+def fixed_columns(program: P, chosen: Mapping[int, int], free: set[int]) -> P:
     """A shallow copy of ``program`` (its rows shared, not copied) with the option columns
     of every candidate outside ``free`` fixed to ``chosen``'s decision."""
     lo, hi = list(program.col_lo), list(program.col_hi)

@@ -25,22 +25,18 @@ and double drops whose neighbours are not recomputed; ``None`` otherwise.
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from mpplan import sim
-from mpplan.errors import ConfigError
 from mpplan.graph import Graph
 from mpplan.passes.remat.cutexact import option_of, warm_point
-from mpplan.passes.remat.cutlns import windows
+from mpplan.passes.remat.cutlns import fixed_columns, windows
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
-from mpplan.passes.remat.cutmulti import parse_answer
+from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel, build_model
-from mpplan.passes.remat.rewriting import apply_recompute
 
 __all__ = ["MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
 
@@ -129,7 +125,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
-            arrays = _fixed(program, best, set(free) | set(best))
+            arrays = fixed_columns(program, best, set(free) | set(best))
             _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
             if x is None:
                 continue
@@ -145,27 +141,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
     return CutFit(names, from_ops, best_cost)
 
 
-def _fixed(program: DoubleProgram, chosen: Mapping[int, int], free: set[int]) -> DoubleProgram:
-    """A shallow copy of ``program`` (its rows shared, not copied) with the option columns
-    of every candidate outside ``free`` fixed to ``chosen``'s decision."""
-    lo, hi = list(program.col_lo), list(program.col_hi)
-    for i, cols in enumerate(program.y_cols):
-        if i not in free:
-            for k, col in enumerate(cols):
-                lo[col] = hi[col] = 1.0 if chosen.get(i) == k else 0.0
-    fixed = copy.copy(program)
-    fixed.col_lo, fixed.col_hi = lo, hi
-    return fixed
-
-
 def _measured(graph: Graph, program: DoubleProgram, chosen: Mapping[int, int], limit: int) -> float | None:
     """The added cost of ``chosen``'s rewrite of ``graph`` (what ``remat`` measures), or
     ``None`` when it does not fit ``limit`` by ``sim``."""
-    try:
-        rewritten = apply_recompute(graph, *double_names(program.model, program, dict(chosen)))
-    except ConfigError:
-        return None
-    if sim.given_peak(rewritten) > limit:
-        return None
-    return sum(op.cost for op in rewritten.ops if op.recompute_of is not None) - sum(
-        op.cost for op in graph.ops if op.recompute_of is not None)
+    return added_cost(graph, *double_names(program.model, program, dict(chosen)), limit)

@@ -41,7 +41,7 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import MIN_GAP, SUFFIX, build_model, storage_users
 from mpplan.passes.remat.rewriting import apply_recompute
 
-__all__ = ["TRIAL_SECONDS", "Answer", "Drop", "drops_of", "joint_names", "parse_answer", "search_multi"]
+__all__ = ["TRIAL_SECONDS", "Answer", "added_cost", "Drop", "drops_of", "joint_names", "parse_answer", "search_multi"]
 
 #: Seconds of cut search per double drop tried (on RL250 the search's gains come in the
 #: first second or two; more trials beat longer ones).
@@ -196,16 +196,15 @@ def _trial(graph: Graph, best: Answer, drop: Drop | None, limit: int, deadline: 
     names, from_ops = choice_names(model, found)
     if dropped & set(names):
         return None  # a third drop of the same op: not representable by ``joint_names``
-    cost = _joint_cost(graph, drops, names, from_ops, limit)
+    cost = added_cost(graph, *joint_names(drops, names, from_ops), limit)
     return None if cost is None else Answer(drops, names, from_ops, cost)
 
 
-def _joint_cost(graph: Graph, drops: Sequence[Drop], names: Sequence[str], from_ops: Mapping[str, str],
-                limit: int) -> float | None:
-    """The added cost of the joint answer rebuilt from its names on ``graph`` (what
-    ``remat`` will measure), or ``None`` when it does not fit ``limit`` by ``sim``."""
+def added_cost(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int) -> float | None:
+    """The added cost of ``apply_recompute(graph, names, from_ops)`` (what ``remat`` will measure), or
+    ``None`` when that rewrite is refused or does not fit ``limit`` by ``sim``."""
     try:
-        rewritten = apply_recompute(graph, *joint_names(drops, names, from_ops))
+        rewritten = apply_recompute(graph, names, from_ops)
     except ConfigError:
         return None
     if sim.given_peak(rewritten) > limit:
