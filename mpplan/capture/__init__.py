@@ -73,8 +73,15 @@ def _build_graph(config: Config) -> Graph:
     return program_from_config(config).graph
 
 
+#: The torch device type whose kernels ``program_from_config`` traces (it captures on ``meta``, which runs the
+#: CPU's): a plan of that program counts the arena blocks and scratch of virtual devices, whatever GPUs the
+#: machine has (``runtime.scratch.plan_as_run``); a run on another type plans again for its own kernels.
+TRACED_FOR = "cpu"
+
+
 def program_from_config(config: Config) -> CapturedProgram:
-    """The config's ``model.torch`` captured on ``meta`` (nothing allocated): its graph and traced kernels."""
+    """The config's ``model.torch`` captured on ``meta`` (nothing allocated): its graph and the kernels of
+    ``TRACED_FOR``."""
     from mpplan.capture.torch_capture import capture_program
 
     torch_spec = config.model.torch

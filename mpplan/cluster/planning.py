@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mpplan.capture import graph_from_config, program_from_config
+from mpplan.capture import TRACED_FOR, graph_from_config, program_from_config
 from mpplan.cluster.apply_fit import ApplyMisfit, plan_point
 from mpplan.cluster.records import Candidate, Result, Status, predicted_of
 from mpplan.cluster.space import (
@@ -34,12 +34,6 @@ from mpplan.planner import PlannerSettings, plan
 
 if TYPE_CHECKING:
     from mpplan.capture.torch_capture import CapturedProgram
-
-PLANNED_FOR = "cpu"
-"""The torch device type the driver plans a torch model's points for: its capture (``program_from_config``,
-on ``meta``) traces the CPU's kernels, so its blocks and scratch are those of virtual devices, whatever GPUs
-the driver or the actors have.  An actor running on another type plans the point again for its own kernels
-(``evaluator.RuntimeEvaluator``)."""
 
 Outcome = Candidate | Result
 """What planning a point gives: a candidate still to rank and measure, or a finished result."""
@@ -166,12 +160,12 @@ class PointPlanner:
     def _plan(self, program: CapturedProgram | None, graph: Graph, devices: Sequence[Device],
               settings: PlannerSettings) -> Plan:
         """The point's plan; a torch model's (``program``, ``graph`` its graph) as arena mode runs it on
-        ``PLANNED_FOR`` devices (module docstring), the same plan ``mpplan plan`` writes for these settings."""
+        ``TRACED_FOR`` devices (module docstring), the same plan ``mpplan plan`` writes for these settings."""
         if program is None:
             return plan(graph, devices, settings)
         from mpplan.runtime.scratch import plan_as_run
 
-        return plan_as_run(program, devices, settings, PLANNED_FOR)
+        return plan_as_run(program, devices, settings, TRACED_FOR)
 
     def forget(self, keys: set[str]) -> None:
         """Drop the kept plans of ``keys`` (candidates that will not be measured)."""
@@ -217,9 +211,9 @@ def predicted_to_fit(outcome: Outcome) -> bool:
 
 
 def _planned_for(program: CapturedProgram | None) -> str | None:
-    """The torch device type a point's plan counts arena blocks and scratch for: ``PLANNED_FOR`` for a torch
+    """The torch device type a point's plan counts arena blocks and scratch for: ``TRACED_FOR`` for a torch
     model, None for a graph planned without them."""
-    return None if program is None else PLANNED_FOR
+    return None if program is None else TRACED_FOR
 
 
 def _message(exc: BaseException) -> str:

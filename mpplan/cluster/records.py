@@ -27,7 +27,7 @@ class Candidate:
     ``apply_peak_bytes`` is ``apply``'s predicted peak in the user's loop when the
     search judges fit by it (``search.fit: apply``), else None.  ``planned_for`` is the torch
     device type whose kernels ``plan``'s arena blocks and scratch were derived for
-    (``planning.PLANNED_FOR``), None when it counts none: an actor whose devices are of
+    (``capture.TRACED_FOR``), None when it counts none: an actor whose devices are of
     another type plans the point again for its own.
     """
 

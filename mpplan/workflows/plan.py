@@ -57,7 +57,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
     for the best infeasible plan of a remat budget that nothing fits; ``ConfigError`` when the
     config names no device.
     """
-    from mpplan.capture import graph_from_config, program_from_config
+    from mpplan.capture import TRACED_FOR, graph_from_config, program_from_config
     from mpplan.planner import PlannerSettings, plan
     from mpplan.verify import verify
 
@@ -74,7 +74,7 @@ def plan_into_folder(config: Config, out: str | None = None) -> PlanOutcome:
             return plan(graph, devices, settings)
         from mpplan.runtime.scratch import plan_as_run  # loads torch: only for a torch model, captured above
 
-        return plan_as_run(program, devices, settings, "virtual")  # captured on meta: the CPU's kernels
+        return plan_as_run(program, devices, settings, TRACED_FOR)
 
     settings = PlannerSettings.from_config(config.planner)
     refused = None
