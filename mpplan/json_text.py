@@ -171,9 +171,11 @@ class Table:
     ``dumps_indented`` writes it exactly as it writes that mapping (``as_dict``), but takes the
     columns as they are: a caller holding its records as objects (a plan's buffers) builds no
     dict per record, and the writer checks no record's keys (100k-op plan.json: 0.15 s less).
-    Keys and fields are distinct (``ValueError`` otherwise): a mapping would keep one of two equal
-    keys where the column path writes both, so the two ways would write different documents.
-    The few fields are checked whenever a table is made.  Keys given as a sequence, which can
+    Keys and fields are distinct, and there is one column per field and one cell per key in each
+    column (``ValueError`` otherwise): a mapping would keep one of two equal keys where the column
+    path writes both, and ``zip`` would cut a ragged table short, so the two ways would write
+    different documents, or drop records.
+    The few fields, and the length of each column, are checked whenever a table is made.  Keys given as a sequence, which can
     repeat one, are checked too; keys given as a set (a mapping's ``keys()``, as ``Table.of``
     gives them) cannot repeat, and are not: a set of 100k keys on every ``save_plan`` cost 12-16 ms.
     """
@@ -183,6 +185,12 @@ class Table:
     columns: tuple[Sequence[Any], ...]
 
     def __post_init__(self) -> None:
+        if len(self.columns) != len(self.fields):
+            raise ValueError(f"Table: expected a column per field ({len(self.fields)}), got {len(self.columns)}")
+        rows = len(self.keys)
+        for field, column in zip(self.fields, self.columns):
+            if len(column) != rows:
+                raise ValueError(f"Table: column {field!r}: expected a cell per key ({rows}), got {len(column)}")
         names: list[tuple[str, Sequence[Any]]] = [("field", self.fields)]
         if not isinstance(self.keys, AbstractSet):
             names.append(("key", self.keys))
@@ -215,7 +223,7 @@ def _table_text(keys: Collection[Any], fields: tuple[Any, ...], columns: Sequenc
     texts = []
     for column in columns:
         types = set(map(type, column))
-        if len(column) != len(keys) or len(types) != 1 or next(iter(types)) not in _COLUMN_TEXT:
+        if len(types) != 1 or next(iter(types)) not in _COLUMN_TEXT:  # columns are as long as keys: ``Table``
             return None
         texts.append(map(_COLUMN_TEXT[next(iter(types))], column))
     inner = newline + " "

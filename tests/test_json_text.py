@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from operator import itemgetter
 
 import pytest
@@ -139,6 +140,22 @@ def test_a_table_refuses_repeated_keys_and_fields(keys: list[str], fields: tuple
     """A mapping cannot hold a key twice, where the column path would write it twice: a ``Table``
     that stands for no mapping is refused when made, before either path could write it."""
     with pytest.raises(ValueError, match=f"expected {message} more than once"):
+        Table(keys, fields, columns)
+
+
+@pytest.mark.parametrize(("keys", "fields", "columns", "message"), [
+    (["a", "b"], ("x", "y"), ([1, 2],), "expected a column per field (2), got 1"),  # each row one cell short
+    (["a", "b"], ("x",), ([1, 2], [3, 4]), "expected a column per field (1), got 2"),  # each row one cell too many
+    (["a", "b"], ("x",), ([1],), "column 'x': expected a cell per key (2), got 1"),  # as_dict would drop "b"
+    (["a", "b"], ("x",), ([1, 2, 3],), "column 'x': expected a cell per key (2), got 3"),
+    ({"a": 1, "b": 2}.keys(), ("x", "y"), ([1, 2], [3]), "column 'y': expected a cell per key (2), got 1"),
+    ([], ("x",), (), "expected a column per field (1), got 0"),
+])
+def test_a_ragged_table_is_refused_when_made(keys: list[str], fields: tuple[str, ...],
+                                             columns: tuple[list[int], ...], message: str) -> None:
+    """A row with too many or too few cells stands for no mapping: ``as_dict`` would cut it short (``zip``)
+    and the column path fail or drop it, so a ``Table`` refuses it when made, naming the column."""
+    with pytest.raises(ValueError, match=re.escape(f"Table: {message}")):
         Table(keys, fields, columns)
 
 
