@@ -200,3 +200,19 @@ def test_a_tensor_two_ops_make_is_refused() -> None:
              {"y": Buffer("gpu0", 0, 8)}, max_peak_bytes=16)
     with pytest.raises(VerificationError, match="op 'h' makes tensor 'y', which another op made"):
         verify(graph, p)
+
+
+def test_a_remat_plan_has_its_names_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The names of the graph given are checked once, before the rewrite; the rewrite adds only fresh names, so
+    the graph it gives is not checked again (the faults it catches are those of the test above)."""
+    graph, planned, _ = _remat_case()
+    calls: list[int] = []
+    checked = VERIFY._check_names
+
+    def counted(g: Graph, names: list[str], index: dict[str, int]) -> object:
+        calls.append(len(g.tensors))
+        return checked(g, names, index)
+
+    monkeypatch.setattr(VERIFY, "_check_names", counted)
+    verify(graph, planned)
+    assert calls == [len(graph.tensors)]

@@ -87,11 +87,14 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
     if truth is None:
         truth = truth_from_plan(plan)
     check_agrees(plan, truth)
-    if plan.remat:  # the rewrite looks the graph's tensors up by name: its names must hold first
-        _check_before_rewrite(graph)
-    graph = with_recomputes(graph, plan)
     names, index = numbering(graph)
-    kinds = _check_names(graph, names, index)
+    kinds = _check_names(graph, names, index)  # once, on the graph given: the rewrite below adds only fresh names
+    if plan.remat:  # the rewrite looks the graph's tensors and ops up by name: they must hold first
+        _check_before_rewrite(graph, names, index)
+        graph = with_recomputes(graph, plan)
+        names, index = numbering(graph)
+        assert len(index) == len(names), "the rewrite names each tensor it adds afresh"
+        kinds = _by_kind(graph)
     copies = _check_copies(plan, graph.tensors, index)
     names += copies
     index.update(zip(copies, range(len(graph.tensors), len(names))))
@@ -277,13 +280,12 @@ def _check_copies(plan: Plan, tensors: Sequence[Tensor], index: dict[str, int]) 
     return copies
 
 
-def _check_before_rewrite(graph: Graph) -> None:
-    """What ``with_recomputes`` needs of an unvalidated graph, worded as the checks after it word it: names
-    given once, each op's, output's, gradient's and view's tensor a tensor of the graph, no alias cycle."""
+def _check_before_rewrite(graph: Graph, names: list[str], index: dict[str, int]) -> None:
+    """What ``with_recomputes`` needs of an unvalidated graph beyond ``_check_names`` (its tensor names given
+    once, its outputs' and gradients' tensors its own), worded as the checks after it word it: op names given
+    once, each op's and view's tensor a tensor of the graph, no alias cycle."""
     from mpplan.verify.replay import check_op_tensors  # loads numpy, as ``_replay`` does
 
-    names, index = numbering(graph)
-    _check_names(graph, names, index)
     _check_op_names(graph)
     check_op_tensors(graph.ops, index)
     _roots(dict(zip(names, graph.tensors)))
