@@ -34,6 +34,7 @@ from mpplan.plan_records import PlanSettings, RematRecord
 from mpplan.reading import load_json, read_document
 
 SCHEMA = "mpplan.plan/1"
+_DICT_ONLY = frozenset({dict})
 
 __all__ = ["SCHEMA", "Block", "Buffer", "Copy", "DevicePlan", "Plan", "PlanSettings", "RematRecord", "check_plan_graph",
            "load_plan", "save_plan", "write_json_atomic"]
@@ -214,7 +215,7 @@ class Plan:
                 reader.integer(b.get(offset), f"buffers.{name}.{offset}"),
                 reader.integer(b.get(size), f"buffers.{name}.{size}"),
             )
-            for name, b in reader.mapping(data.get("buffers"), "buffers").items()
+            for name, b in reader.records(data.get("buffers"), "buffers").items()
         }
         copies = tuple(
             Copy(
@@ -315,6 +316,15 @@ class _Reader:
         if not isinstance(value, dict):
             raise PlanError(f"{self.source}: {where}: expected a mapping")
         return value
+
+    def records(self, value: Any, where: str) -> dict[str, dict[str, Any]]:
+        """A mapping of name to mapping (``buffers``); the first entry that is no mapping is named."""
+        records = self.mapping(value, where)
+        if not _DICT_ONLY.issuperset(map(type, records.values())):  # in C; the loop names the entry
+            for name, record in records.items():
+                if not isinstance(record, dict):
+                    raise PlanError(f"{self.source}: {where}.{name}: expected a mapping, got {_short(record)}")
+        return records
 
     def items(self, value: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
