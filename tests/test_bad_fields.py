@@ -127,27 +127,28 @@ def _assert_refused(code: int, stderr: str, file: str, path: Where) -> None:
     assert _named(line, path), f"{_dotted(path)} not named: {line}"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("which", ["plan", "graph"])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_a_plan_field_of_the_wrong_type_is_one_line_naming_it(base: tuple[Path, Any, Any],
-                                                               data: st.DataObject) -> None:
-    folder, _, plan = base
-    path, value = data.draw(_wrong_field(plan), label="field, value")
-    (folder / "bad.json").write_text(json.dumps(_with(plan, path, value)))
-    for argv in (["verify", "bad.json", "--graph", "g.yaml"], ["verify", "bad.json", "--config", "c.yaml"]):
-        _assert_refused(*_run(folder, argv), "bad.json", path)
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_a_graph_field_of_the_wrong_type_is_one_line_naming_it(base: tuple[Path, Any, Any],
-                                                                data: st.DataObject) -> None:
-    folder, graph, _ = base
-    path, value = data.draw(_wrong_field(graph), label="field, value")
-    (folder / "bad.yaml").write_text(yaml.safe_dump(_with(graph, path, value), sort_keys=False))
-    (folder / "bad_c.yaml").write_text(BASE_FILES["c.yaml"].replace("g.yaml", "bad.yaml"))
-    _assert_refused(*_run(folder, ["verify", "plan.json", "--graph", "bad.yaml"]), "bad.yaml", path)
-    _assert_refused(*_run(folder, ["plan", "bad_c.yaml", "--out", "bad_out"]), "bad.yaml", path)
+def test_a_field_of_the_wrong_type_is_one_line_naming_it(base: tuple[Path, Any, Any], which: str,
+                                                         data: st.DataObject) -> None:
+    """A plan field, through ``verify`` with a graph file and with a config; a graph field, through ``verify``
+    and ``plan`` (whose line names the config's ``model.graph.path`` and then the graph file's field)."""
+    folder, graph, plan = base
+    doc = plan if which == "plan" else graph
+    path, value = data.draw(_wrong_field(doc), label="field, value")
+    bad = _with(doc, path, value)
+    if which == "plan":
+        file = "bad.json"
+        (folder / file).write_text(json.dumps(bad))
+        runs = (["verify", file, "--graph", "g.yaml"], ["verify", file, "--config", "c.yaml"])
+    else:
+        file = "bad.yaml"
+        (folder / file).write_text(yaml.safe_dump(bad, sort_keys=False))
+        (folder / "bad_c.yaml").write_text(BASE_FILES["c.yaml"].replace("g.yaml", file))
+        runs = (["verify", "plan.json", "--graph", file], ["plan", "bad_c.yaml", "--out", "bad_out"])
+    for argv in runs:
+        _assert_refused(*_run(folder, argv), file, path)
 
 
 @pytest.mark.parametrize("entry", ["nope", 8, None, [8]])
