@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from itertools import compress, filterfalse, repeat
 from operator import attrgetter, is_, is_not
 
-from mpplan.errors import VerificationError
+from mpplan.errors import MpplanError, VerificationError
 from mpplan.graph import Graph, Kind, Tensor
 from mpplan.graph_hash import graph_hash_like, hash_matches
 from mpplan.plan import Copy, DevicePlan, Plan
 from mpplan.units import format_size
+from mpplan.verify.fields import check_fields, check_unseen
 from mpplan.verify.memory import check_buffers, check_no_overlap, check_peaks, check_scratch
 from mpplan.verify.parallel import check_parallel_safe
 from mpplan.verify.recompute import with_recomputes
@@ -80,7 +81,20 @@ def verify(graph: Graph, plan: Plan, *, check_capacity: bool = True, truth: Trut
 
     ``check_capacity=False`` checks correctness only, for plans known not to fit.
     Without ``truth`` the plan's own devices and settings are taken on trust.
+    A field of the graph or the plan of another type than its own is a violation too, named (``fields``).
     """
+    check_unseen(graph, plan)  # the wrong types no check below would notice
+    try:
+        return _verify(graph, plan, check_capacity=check_capacity, truth=truth)
+    except MpplanError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):  # a check met a value it cannot handle
+        check_fields(graph, plan)  # names the field of another type than its own; none: a bug, raised as it is
+        raise
+
+
+def _verify(graph: Graph, plan: Plan, *, check_capacity: bool, truth: Truth | None) -> VerifyReport:
+    """``verify``, on fields whose types ``check_unseen`` has checked (and the rest as found)."""
     if not hash_matches(plan.graph_hash, graph):  # an older plan carries the older version of the hash
         given = graph_hash_like(plan.graph_hash, graph)
         _fail(f"plan is for graph hash {plan.graph_hash}, the graph given has {given}")
