@@ -122,3 +122,34 @@ def test_the_config_capacity_decides_the_fit(capsys, planned, tmp_path):
     small.write_text(config.read_text().replace("capacity: 1MiB", "capacity: 1KiB"))
     code, _, err = run(capsys, "verify", str(plan), "--config", str(small))
     assert code == 1 and "devices[0].capacity_bytes" in err
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("nope", "planner.settings.grads: expected one of static, dynamic, got 'nope'"),  # before: taken as static
+    ("Dynamic", "planner.settings.grads: expected one of static, dynamic, got 'Dynamic'"),
+])
+def test_a_grads_setting_taken_on_trust_must_be_a_known_one(capsys, planned, tmp_path, value, says):
+    """Without a config, grads is the plan's own word: a word other than static or dynamic is a finding,
+    not a plan checked as if it said static."""
+    plan, _ = planned
+
+    def edit(data):
+        data["planner"]["settings"]["grads"] = value
+
+    code, _, err = run(capsys, "verify", str(edited(plan, edit)), "--graph", str(tmp_path / "g.yaml"))
+    assert code == 1 and err.strip().endswith(says), err
+
+
+def test_a_parallel_safe_setting_taken_on_trust_must_be_true_or_false():
+    """Through the API a ``PlanSettings`` is not type-checked when made: ``bool("no")`` must not turn it on."""
+    from dataclasses import replace
+
+    from mpplan.config import Device
+    from mpplan.errors import VerificationError
+    from mpplan.planner import plan
+    from mpplan.verify import verify
+
+    graph = chain(4)
+    p = plan(graph, [Device("gpu0", 1 << 20)])
+    with pytest.raises(VerificationError, match="planner.settings.parallel_safe: expected true or false, got 'no'"):
+        verify(graph, replace(p, settings=replace(p.settings, parallel_safe="no")))

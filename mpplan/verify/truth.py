@@ -16,6 +16,8 @@ from mpplan.config import Config, resolve_devices
 from mpplan.errors import VerificationError
 from mpplan.plan import Plan
 
+#: The values of ``planner.grads``: param grads resident all step, or made by backward and held to its end.
+GRADS = ("static", "dynamic")
 #: The plan fields taken on trust when no config is given, in the words the CLI prints.
 TRUSTED_FIELDS = ("device names", "capacities", "planner.settings.alignment", "parallel_safe", "grads")
 
@@ -49,11 +51,16 @@ def truth_from_plan(plan: Plan) -> Truth:
     alignment = settings.get("alignment", 1)
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise VerificationError(f"planner.settings.alignment: expected a positive integer, got {alignment!r}")
+    parallel_safe, grads = settings.get("parallel_safe"), settings.get("grads")  # None: not stated, or null
+    if parallel_safe is not None and type(parallel_safe) is not bool:  # bool("no") would be True
+        raise VerificationError(f"planner.settings.parallel_safe: expected true or false, got {parallel_safe!r}")
+    if grads is not None and grads not in GRADS:  # any other word would be taken as "static"
+        raise VerificationError(f"planner.settings.grads: expected one of {', '.join(GRADS)}, got {grads!r}")
     return Truth(
         capacities=tuple((d.name, d.capacity_bytes) for d in plan.devices),
         alignment=alignment,
-        parallel_safe=bool(settings.get("parallel_safe", False)),
-        grads=str(settings.get("grads", "static")),
+        parallel_safe=bool(parallel_safe),
+        grads=grads or "static",
         trusted=True,
     )
 
