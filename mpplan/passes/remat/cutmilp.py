@@ -205,8 +205,8 @@ class CutProgram(SparseMilp):
     def _memory_rows(self) -> None:
         model = self.model
         live: list[list[int]] = [[] for _ in range(model.num_ops)]  # per op, the storages its steps may hold
-        for j, size in enumerate(model.size):
-            if size:
+        for j, nbytes in enumerate(model.size):
+            if nbytes:
                 for p in range(model.start[j], min(self._end(j), model.num_ops - 1) + 1):
                     live[p].append(j)
         for p, q, runs in self._steps():
