@@ -31,12 +31,13 @@ from collections.abc import Mapping, Sequence
 
 from mpplan.graph import Graph
 from mpplan.passes.remat.cutexact import option_of, warm_point
-from mpplan.passes.remat.cutlns import fixed_columns, windows
+from mpplan.passes.remat.cutlns import windows
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel, build_model
+from mpplan.passes.remat.restrict import Restriction
 
 __all__ = ["MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
 
@@ -118,6 +119,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
     if backend is None or best_cost is None:
         return None
     start_cost = best_cost
+    restriction = Restriction(program)
     improved = True
     while improved:
         improved = False
@@ -125,10 +127,14 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
-            arrays = fixed_columns(program, best, set(free) | set(best))
-            _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
-            if x is None:
+            sub = restriction.sub_milp(best, set(free) | set(best))
+            if sub is None or not sub.cost:
                 continue
+            warm = restriction.restrict(sub, warm_point(program, best))
+            _, solved, _, _ = solve_arrays(sub, backend, min(sub_seconds, left), warm)
+            if solved is None:
+                continue
+            x = restriction.expand(sub, solved)
             found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
             cost = _measured(graph, program, found, limit)
             if cost is not None and cost < best_cost * (1 - 1e-12):
