@@ -26,6 +26,7 @@ and double drops whose neighbours are not recomputed; ``None`` otherwise.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
@@ -39,7 +40,7 @@ from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.restrict import Restriction
 
-__all__ = ["MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
+__all__ = ["MAX_SPAN", "SUB_SECONDS", "WINDOW", "ProgramBuild", "choice_of", "eligible", "lns_doubles", "search_lns"]
 
 #: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones.
 WINDOW = 30
@@ -61,16 +62,46 @@ def eligible(model: RematModel) -> bool:
     return sum(model.last[j] - model.start[j] + 1 for j, size in enumerate(model.size) if size) <= MAX_SPAN
 
 
+class ProgramBuild:
+    """The whole double-drop program of ``model`` at ``limit`` bytes (past
+    ``formulation.MAX_NONZEROS``), built in a daemon thread from construction on.
+
+    ``solver: auto`` starts it before its first fit: HiGHS releases the GIL while it solves
+    (18-19 s of RL250 at 0.8's first 20 s), so the build (9-12 s there) runs on the other
+    core in that time instead of in the LNS's share of the limit."""
+
+    def __init__(self, model: RematModel, limit: int) -> None:
+        self.model = model
+        self._program: DoubleProgram | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._build, args=(limit,), name="double-program", daemon=True)
+        self._thread.start()
+
+    def _build(self, limit: int) -> None:
+        try:
+            self._program = double_program(self.model, limit - self.model.static_bytes, max_nonzeros=sys.maxsize)
+        except BaseException as exc:  # handed to the caller of ``result``
+            self._error = exc
+
+    def result(self) -> DoubleProgram | None:
+        """The program (``None`` outside the cut model), once built: waits for the thread."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._program
+
+
 def search_lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
-               deadline: float) -> CutFit | None:
+               deadline: float, build: ProgramBuild | None = None) -> CutFit | None:
     """``lns_doubles`` from the answer ``names`` cut at ``from_ops`` (``joint_names``' form;
     it must fit ``limit`` bytes) on ``graph``'s whole double-drop program, past
-    ``formulation.MAX_NONZEROS`` when ``eligible``; ``None`` when the graph is not, the
+    ``formulation.MAX_NONZEROS`` when ``eligible`` (``build``'s when given: a
+    ``ProgramBuild`` of ``graph``'s model at ``limit``); ``None`` when the graph is not, the
     answer is outside the program's family, or nothing cheaper is found by ``deadline``."""
-    model = build_model(graph)
+    model = build_model(graph) if build is None else build.model
     if not eligible(model):
         return None
-    program = double_program(model, limit - model.static_bytes, max_nonzeros=sys.maxsize)
+    program = (build or ProgramBuild(model, limit)).result()
     start = None if program is None else choice_of(program, names, from_ops)
     if program is None or start is None:
         return None
