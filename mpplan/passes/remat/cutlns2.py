@@ -154,10 +154,13 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
     improved = True
     while improved:
         improved = False
-        for free in sorted(windows(len(program.options), window), key=lambda w: -sum(i in best for i in w)):
+        todo = windows(len(program.options), window)
+        while todo:
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
+            todo.sort(key=lambda w: -sum(i in best for i in w))  # re-ranked after each gain: where it recomputes now
+            free = todo.pop(0)
             sub = restriction.sub_milp(best, set(free) | set(best))
             if sub is None or not sub.cost:
                 continue
