@@ -28,7 +28,7 @@ TOLERANCE = 1e-6
 def within_rows(restriction: Restriction, x: list[float]) -> bool:
     """Whether ``x`` keeps every row and column bound of the restriction's program."""
     point = np.asarray(x)
-    activity = restriction.matrix @ point
+    activity = restriction.activity(point)
     return bool(np.all(activity >= restriction.row_lo - TOLERANCE) and np.all(activity <= restriction.row_hi + TOLERANCE)
                 and np.all(point >= restriction.col_lo - TOLERANCE) and np.all(point <= restriction.col_hi + TOLERANCE))
 

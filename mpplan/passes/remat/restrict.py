@@ -28,7 +28,6 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
 from mpplan.passes.remat.cutmilp import CutProgram
 
@@ -59,19 +58,24 @@ class SubMilp:
 
 
 class Restriction:
-    """``program``'s matrix and bounds as arrays, made once; ``sub_milp`` per neighbourhood."""
+    """``program``'s matrix (its nonzeros, each with its row) and bounds as numpy arrays, made
+    once; ``sub_milp`` per neighbourhood."""
 
     def __init__(self, program: CutProgram) -> None:
         self.program = program
-        shape = (len(program.row_lo), len(program.cost))
-        self.matrix = csr_matrix((np.asarray(program.values_nz, dtype=float), np.asarray(program.index_nz),
-                                  np.asarray(program.starts)), shape=shape)
+        self.index = np.asarray(program.index_nz, dtype=np.int64)
+        self.value = np.asarray(program.values_nz, dtype=float)
+        self.row_of = np.repeat(np.arange(len(program.row_lo)), np.diff(np.asarray(program.starts)))  # per nonzero
         self.row_lo = np.asarray(program.row_lo, dtype=float)
         self.row_hi = np.asarray(program.row_hi, dtype=float)
         self.cost = np.asarray(program.cost, dtype=float)
         self.col_lo = np.asarray(program.col_lo, dtype=float)
         self.col_hi = np.asarray(program.col_hi, dtype=float)
         self.integer = np.asarray(program.integer, dtype=bool)
+
+    def activity(self, point: np.ndarray) -> np.ndarray:
+        """Every row's value at ``point`` (one value per column)."""
+        return np.bincount(self.row_of, weights=self.value * point[self.index], minlength=len(self.row_lo))
 
     def sub_milp(self, chosen: Mapping[int, int], free: Set[int]) -> SubMilp | None:
         """The sub-MILP deciding the candidates in ``free`` with every other one held at
@@ -92,19 +96,22 @@ class Restriction:
             if all(fixed[col] for expr, _ in bounds for col in expr):
                 least = max([0.0, *(c0 + sum(v * values[col] for col, v in expr.items()) for expr, c0 in bounds)])
                 fixed[aux], values[aux] = True, min(1.0, least)
-        activity = self.matrix @ values
+        activity = self.activity(values)
         kept_cols = np.flatnonzero(~fixed)
-        sub = self.matrix[:, kept_cols].tocsr()
-        alive = np.diff(sub.indptr) > 0
+        renumbered = np.cumsum(~fixed) - 1  # the sub-MILP's column of each free column
+        kept = ~fixed[self.index]  # nonzeros on free columns, still in row order
+        counts = np.bincount(self.row_of[kept], minlength=len(self.row_lo))
+        alive = counts > 0
         lo, hi = self.row_lo - activity, self.row_hi - activity
         if np.any(lo[~alive] > TOLERANCE) or np.any(hi[~alive] < -TOLERANCE):
             return None
-        sub = sub[alive]
+        starts = np.concatenate(([0], np.cumsum(counts[alive])))
         return SubMilp(
             cost=self.cost[kept_cols].tolist(), col_lo=self.col_lo[kept_cols].tolist(),
             col_hi=self.col_hi[kept_cols].tolist(), integer=self.integer[kept_cols].tolist(),
-            row_lo=lo[alive].tolist(), row_hi=hi[alive].tolist(), starts=sub.indptr.tolist(),
-            index_nz=sub.indices.tolist(), values_nz=sub.data.tolist(), columns=kept_cols, values=values,
+            row_lo=lo[alive].tolist(), row_hi=hi[alive].tolist(), starts=starts.tolist(),
+            index_nz=renumbered[self.index[kept]].tolist(), values_nz=self.value[kept].tolist(), columns=kept_cols,
+            values=values,
         )
 
     @staticmethod
