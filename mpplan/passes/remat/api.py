@@ -155,7 +155,8 @@ def remat(
     rounds stop short of the last ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit, where a local search on cuts,
     ``cutsearch``, and then one with double drops, ``cutmulti``, use whatever they left; on a graph
     whose double-drop MILP builds in seconds, ``cutlns2.eligible``, the cuts stop short of the
-    last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches),
+    last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches; its
+    MILP is built in a thread from the first fit on, ``cutlns2.ProgramBuild``),
     or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
