@@ -19,7 +19,7 @@ MILP (``mpplan.passes.remat.cutlns2``) from the cell's answer, or from the doubl
 when ``--multi`` ran and found one, for that long, building the whole MILP past
 ``formulation.MAX_NONZEROS``, and prints its overhead, the build's seconds and when it found it.
 
-Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--time-limit 60] [--milp 60] [--lns 120]
+Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--fractions 0.9,0.8] [--time-limit 60] [--milp 60] [--lns 120]
 [--multi 60] [--lns2 150]``.
 """
 
@@ -51,6 +51,7 @@ from mpplan.passes.remat.rewriting import repeated_op
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250,1000", help="comma-separated graph sizes (random_layered_n<size>)")
+    parser.add_argument("--fractions", default="0.9,0.8", help="comma-separated budgets (fractions of the peak)")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per budget (soft)")
     parser.add_argument("--milp", type=float, default=0.0, help="seconds for the cut MILP after each cell (0: none)")
     parser.add_argument("--lns", type=float, default=0.0, help="seconds for the cut LNS after each cell (0: none)")
@@ -62,7 +63,7 @@ def main() -> None:
     for size in args.sizes.split(","):
         (path,) = SHARED_DATA.glob(f"random_layered_n{size}_*.json")
         graph = load_graph(path)
-        for fraction in (0.9, 0.8):
+        for fraction in map(float, args.fractions.split(",")):
             clock = time.perf_counter()
             try:
                 r = remat(graph, "budget", budget=fraction, solver="auto", time_limit_s=args.time_limit)

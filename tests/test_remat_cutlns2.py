@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
 from conftest import needs_shared_data, shared_data_files
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -22,9 +23,9 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
-from mpplan.passes.remat import api, apply_recompute, build_model, remat
+from mpplan.passes.remat import api, apply_recompute, build_model, cutlns2, remat
 from mpplan.passes.remat.api import LNS_SHARE, result_of
-from mpplan.passes.remat.cutlns2 import choice_of, eligible, lns_doubles, search_lns
+from mpplan.passes.remat.cutlns2 import ProgramBuild, choice_of, eligible, lns_doubles, search_lns
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
 from mpplan.passes.remat.cutsearch import with_cuts
@@ -98,6 +99,31 @@ def test_windows_of_one_candidate_find_the_double_drop() -> None:
     assert (found.names, found.from_ops) == (("A", "A@recompute"), {"a": "C1", "a@recompute": "D"})
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_a_batch_of_sub_milps_starts_from_one_incumbent(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
+    """With ``batch`` windows per incumbent, a sub-MILP starts from the best answer of the
+    batches before: the incumbent changes only between batches (here the second sub-MILP
+    finds ``A`` dropped twice; with ``batch`` 2 or 3 the third, not the second, starts there)."""
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    start = choice_of(program, ["B"], {"b": "D"})
+    assert start is not None
+    bases: list[dict[int, int]] = []
+    solve = cutlns2._sub_answer
+
+    def recorded(restriction: Any, base: dict[int, int], *args: Any) -> dict[int, int] | None:
+        bases.append(dict(base))
+        return solve(restriction, base, *args)
+
+    monkeypatch.setattr(cutlns2, "_sub_answer", recorded)
+    found = lns_doubles(graph, program, start, 410, time.perf_counter() + 20.0, window=1, batch=batch)
+    assert found is not None and found.cost == 2.0
+    assert len(bases) > batch and bases[:batch] == [start] * batch and bases[-1] != start
+    assert all(bases[k] == bases[k - 1] for k in range(1, len(bases)) if k % batch)  # it changes between batches
+
+
 def test_choice_of_inverts_double_names() -> None:
     graph = twice_read()
     model = build_model(graph)
@@ -120,17 +146,28 @@ def test_without_time_nothing_is_found() -> None:
     assert start is not None and lns_doubles(graph, program, start, 410, time.perf_counter()) is None
 
 
+def test_a_program_built_in_the_background_is_the_program() -> None:
+    graph = twice_read()
+    model = build_model(graph)
+    built, direct = ProgramBuild(model, 410).result(), double_program(model, 410 - model.static_bytes)
+    assert built is not None and direct is not None
+    assert (built.cost, built.row_lo, built.row_hi, built.starts, built.index_nz, built.values_nz) == (
+        direct.cost, direct.row_lo, direct.row_hi, direct.starts, direct.index_nz, direct.values_nz)
+
+
 def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> None:
     """On a graph whose double-drop program is ``eligible``, ``solver="auto"`` ends the cut
     phase short of the last ``LNS_SHARE`` of the limit and runs the LNS there instead of
     the two searches: here the first fit takes a third of the limit and the cut phase every
-    second it is given, and the LNS still starts with its share."""
+    second it is given, and the LNS still starts with its share, its program built meanwhile."""
     limit_s = 3.0
     seconds = slow_first_fit_and_cuts(monkeypatch, limit_s)
 
-    def lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int, deadline: float) -> Any:
+    def lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int, deadline: float,
+            build: ProgramBuild | None = None) -> Any:
         seconds["lns"] = deadline - time.perf_counter()
-        return search_lns(graph, names, from_ops, limit, deadline)
+        assert build is not None and not build._thread.is_alive()  # built while the first fit ran
+        return search_lns(graph, names, from_ops, limit, deadline, build)
 
     def unused(*args: Any) -> None:
         raise AssertionError("a search ran in the LNS's share")

@@ -12,7 +12,7 @@ from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
-from mpplan.passes.remat.cutlns2 import eligible, search_lns
+from mpplan.passes.remat.cutlns2 import ProgramBuild, eligible, search_lns
 from mpplan.passes.remat.cutmulti import search_multi
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.cutsearch import search_cuts
@@ -155,7 +155,8 @@ def remat(
     rounds stop short of the last ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit, where a local search on cuts,
     ``cutsearch``, and then one with double drops, ``cutmulti``, use whatever they left; on a graph
     whose double-drop MILP builds in seconds, ``cutlns2.eligible``, the cuts stop short of the
-    last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches),
+    last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches; its
+    MILP is built in a thread from the first fit on, ``cutlns2.ProgramBuild``),
     or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
@@ -190,6 +191,8 @@ def remat(
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
     several = rounds and not model.training  # recompute a tensor more than once: cuts, then rounds
+    lns = several and solver == "auto" and eligible(model)  # the LNS on the double-drop program, built meanwhile
+    build = ProgramBuild(model, limit) if lns else None
     try:
         fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock)
         result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
@@ -205,7 +208,6 @@ def remat(
         result, label = least, solver
     took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
     search = several and solver == "auto"  # then, in their shares and the time left, local searches on cuts
-    lns = search and eligible(model)  # or the LNS on the double-drop program
     ends = {"rounds": 1 - LNS_SHARE} if lns else {"rounds": 1 - SEARCH_SHARE - MULTI_SHARE, "search": 1 - MULTI_SHARE}
     kinds = ("cuts", "rounds", "lns") if lns else ("cuts", "rounds", "search", "multi")[:4 if search else 2]
     for kind in kinds if several else ():  # cheaper answers
@@ -223,7 +225,8 @@ def remat(
             if kind == "search":
                 found = search_cuts(model, once, result.from_ops, limit, end)
             else:
-                found = (search_multi if kind == "multi" else search_lns)(graph, once, result.from_ops, limit, end)
+                found = (search_multi(graph, once, result.from_ops, limit, end) if kind == "multi"
+                         else search_lns(graph, once, result.from_ops, limit, end, build))
         if found is None:
             continue
         multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,

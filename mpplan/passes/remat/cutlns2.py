@@ -5,17 +5,20 @@ for the rest; ``cutmilp2``'s program decides every double drop and cut together 
 too large for HiGHS to improve on RL250 at 0.8 in minutes.  Between the two, as ``cutlns``
 does for the one-drop MILP: the program is built once, every candidate outside a
 *neighbourhood* (a window of consecutive candidates, plus every candidate the incumbent
-recomputes) is fixed not recomputed by its column bounds, and HiGHS chooses the rest
-exactly under a short time limit.  Windows slide by half their width and are tried those
-holding the most recomputes first (where memory is tight: on RL250 at 0.8 the gains come
-there, in the first windows instead of the sixth); the passes repeat while one improves,
-until the deadline.  ``search_lns`` builds the whole program (past ``MAX_NONZEROS``: RL250
-at 0.8 needs 2.2 million, built in 11-18 s) where ``eligible`` says it builds in seconds.
+recomputes) is fixed not recomputed and substituted out (``restrict.Restriction``), and
+HiGHS chooses the rest exactly under a short time limit.  Windows slide by half their width
+and are tried those holding the most recomputes first (where memory is tight), re-ranked as
+the incumbent changes, a window the pass has mostly freed already last.  ``BATCH`` windows
+are solved from one incumbent before the cheapest answer among them becomes the next (best
+improvement: on RL250 at 0.8 the first window's gain is a trap the next ones stay in); the
+passes repeat while one improves, until the deadline.  ``search_lns`` builds the whole
+program (past ``MAX_NONZEROS``: RL250 at 0.8 needs 2.2 million, 11 CPU s) where ``eligible``
+says it builds in seconds; ``solver: auto`` builds it in a thread while its first fit runs
+(``ProgramBuild``).
 
-Measured on RL250 at 0.8 (2-core EPYC, load 2-4): from the double-drop search's 5.64% it
-reaches 5.02% in 38 s after the build with ``SUB_SECONDS`` 8 (5.12% with 5 s, 5.41% with
-windows of 20 and 3 s); in ``solver: auto``'s last ``api.LNS_SHARE``, from the cut
-phase's 6.02%, 5.02-5.85% (docs/benchmarks.md).
+Measured on RL250 at 0.8 (2-core EPYC, load 2-2.4), in ``solver: auto``'s last
+``api.LNS_SHARE``, from the first fit's 6.02%: 5.02% (the LNS starting at 21-25 s, 5.02% at
+38-41 s); first improvement, with the build in the LNS's share, reached 5.49-5.85%.
 
 An answer is kept only when ``apply_recompute`` of its names on the original graph fits
 the budget by ``sim`` and costs less than the incumbent, so the answer is never worse than
@@ -26,30 +29,39 @@ and double drops whose neighbours are not recomputed; ``None`` otherwise.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
 from mpplan.graph import Graph
 from mpplan.passes.remat.cutexact import option_of, warm_point
-from mpplan.passes.remat.cutlns import fixed_columns, windows
+from mpplan.passes.remat.cutlns import windows
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel, build_model
+from mpplan.passes.remat.restrict import Restriction
 
-__all__ = ["MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
+__all__ = ["BATCH", "MAX_SPAN", "SUB_SECONDS", "WINDOW", "ProgramBuild", "choice_of", "eligible", "lns_doubles", "search_lns"]
 
 #: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones.
 WINDOW = 30
 
+#: Sub-MILPs solved from one incumbent before the cheapest answer among them becomes the next
+#: one (best improvement over a few windows, not the first): on RL250 at 0.8 the first
+#: window's gain (6.02% -> 5.74%) is a trap the next windows' optima stay in (5.49%), while the
+#: third window from the start alone reaches 5.02%.
+BATCH = 3
+
 #: The time limit of one sub-MILP, in seconds: most sub-MILPs of RL250 at 0.8 stop at it
-#: (their own optimum is 5-11 s away), and 8 s found more in 38 s than 3 s or 5 s did.
+#: (their own optimum is 5-11 s away), and 8 s found more in 38 s than 3 s or 5 s did; with
+#: ``restrict`` a sub-MILP that closes does in 4-8 s (from the first fit's answer).
 SUB_SECONDS = 8.0
 
 #: The most storage-steps (``eligible``) of a graph whose program ``search_lns`` builds:
-#: RL250's 11,069 make 2.2 million nonzeros in 11-18 s on a 2-core EPYC; RL1000's 186,181
-#: would take past the minute to build.
+#: RL250's 11,069 make 2.2 million nonzeros in 11 CPU s on a 2-core EPYC (15 before
+#: ``cutmilp``'s and ``sparse``'s caches); RL1000's 186,181 would take past the minute to build.
 MAX_SPAN = 15_000
 
 
@@ -60,16 +72,46 @@ def eligible(model: RematModel) -> bool:
     return sum(model.last[j] - model.start[j] + 1 for j, size in enumerate(model.size) if size) <= MAX_SPAN
 
 
+class ProgramBuild:
+    """The whole double-drop program of ``model`` at ``limit`` bytes (past
+    ``formulation.MAX_NONZEROS``), built in a daemon thread from construction on.
+
+    ``solver: auto`` starts it before its first fit: HiGHS releases the GIL while it solves
+    (18-19 s of RL250 at 0.8's first 20 s), so the build (9-12 s there) runs on the other
+    core in that time instead of in the LNS's share of the limit."""
+
+    def __init__(self, model: RematModel, limit: int) -> None:
+        self.model = model
+        self._program: DoubleProgram | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._build, args=(limit,), name="double-program", daemon=True)
+        self._thread.start()
+
+    def _build(self, limit: int) -> None:
+        try:
+            self._program = double_program(self.model, limit - self.model.static_bytes, max_nonzeros=sys.maxsize)
+        except BaseException as exc:  # handed to the caller of ``result``
+            self._error = exc
+
+    def result(self) -> DoubleProgram | None:
+        """The program (``None`` outside the cut model), once built: waits for the thread."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._program
+
+
 def search_lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
-               deadline: float) -> CutFit | None:
+               deadline: float, build: ProgramBuild | None = None) -> CutFit | None:
     """``lns_doubles`` from the answer ``names`` cut at ``from_ops`` (``joint_names``' form;
     it must fit ``limit`` bytes) on ``graph``'s whole double-drop program, past
-    ``formulation.MAX_NONZEROS`` when ``eligible``; ``None`` when the graph is not, the
+    ``formulation.MAX_NONZEROS`` when ``eligible`` (``build``'s when given: a
+    ``ProgramBuild`` of ``graph``'s model at ``limit``); ``None`` when the graph is not, the
     answer is outside the program's family, or nothing cheaper is found by ``deadline``."""
-    model = build_model(graph)
+    model = build_model(graph) if build is None else build.model
     if not eligible(model):
         return None
-    program = double_program(model, limit - model.static_bytes, max_nonzeros=sys.maxsize)
+    program = (build or ProgramBuild(model, limit)).result()
     start = None if program is None else choice_of(program, names, from_ops)
     if program is None or start is None:
         return None
@@ -106,7 +148,7 @@ def choice_of(program: DoubleProgram, names: Sequence[str], from_ops: Mapping[st
 
 
 def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], limit: int, deadline: float,
-                *, window: int = WINDOW, sub_seconds: float = SUB_SECONDS) -> CutFit | None:
+                *, window: int = WINDOW, sub_seconds: float = SUB_SECONDS, batch: int = BATCH) -> CutFit | None:
     """A cheaper answer than ``start`` (candidate -> option of ``program``, built on
     ``graph``'s model; it must fit ``limit`` bytes) from sub-MILPs over ``windows`` until a
     pass finds nothing or ``deadline`` (``time.perf_counter()``) passes; ``None`` when none
@@ -118,27 +160,54 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
     if backend is None or best_cost is None:
         return None
     start_cost = best_cost
+    restriction = Restriction(program)
     improved = True
     while improved:
         improved = False
-        for free in sorted(windows(len(program.options), window), key=lambda w: -sum(i in best for i in w)):
+        todo, tried = windows(len(program.options), window), set[int]()
+        base, solves = best, 0
+        while todo:
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
-            arrays = fixed_columns(program, best, set(free) | set(best))
-            _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
-            if x is None:
-                continue
-            found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
-            cost = _measured(graph, program, found, limit)
-            if cost is not None and cost < best_cost * (1 - 1e-12):
+            todo.sort(key=lambda w: (_mostly_tried(w, tried), -sum(i in base for i in w)))  # re-ranked after gains
+            free = todo.pop(0)
+            tried.update(free)
+            solves += 1
+            found = _sub_answer(restriction, base, set(free) | set(base), backend, left, sub_seconds)
+            cost = None if found is None else _measured(graph, program, found, limit)
+            if found is not None and cost is not None and cost < best_cost * (1 - 1e-12):
                 best, best_cost, improved = found, cost, True
+            if solves % batch == 0:
+                base = best  # the next batch starts from the best answer yet
         if time.perf_counter() >= deadline:
             break
     if best_cost >= start_cost:
         return None
     names, from_ops = double_names(model, program, best)
     return CutFit(names, from_ops, best_cost)
+
+
+def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], backend: str, left: float,
+                sub_seconds: float) -> dict[int, int] | None:
+    """The sub-MILP's answer (candidate -> option) freeing ``free`` around ``base``, within
+    ``min(sub_seconds, left)`` seconds, or ``None`` when it has none (or nothing to decide)."""
+    program = restriction.program
+    sub = restriction.sub_milp(base, free)
+    if sub is None or not sub.cost:
+        return None
+    warm = restriction.restrict(sub, warm_point(program, base))
+    _, solved, _, _ = solve_arrays(sub, backend, min(sub_seconds, left), warm)
+    if solved is None:
+        return None
+    x = restriction.expand(sub, solved)
+    return {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
+
+
+def _mostly_tried(free: range, tried: set[int]) -> bool:
+    """Whether a pass has already freed most of ``free``'s candidates: such a window (the
+    last one overlaps the one before by more than half) waits for the others."""
+    return 2 * sum(i in tried for i in free) > len(free)
 
 
 def _measured(graph: Graph, program: DoubleProgram, chosen: Mapping[int, int], limit: int) -> float | None:

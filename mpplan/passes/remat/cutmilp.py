@@ -115,6 +115,10 @@ class CutProgram(SparseMilp):
         self.r = [{c: 1.0 for c in cols} for cols in self.y_cols]
         for r in self.r:
             self.row(r, -INF, 1.0)
+        self._later_cache: dict[tuple[int, int, int, int], Expr] = {}
+        # per candidate and output storage, each option's last early use (``_original`` reads them per step)
+        self._early_last = [{j: [dict(o.early_last)[j] for o in opts] for j in model.cand_outputs[i]}
+                            for i, opts in enumerate(options)]
         self.anchors = self._anchor_sets()
         if sum(map(len, self.anchors)) > MAX_Z_VARIABLES:
             self.too_large = True
@@ -158,10 +162,23 @@ class CutProgram(SparseMilp):
                 self.row(upper, -INF, 0.0)
                 previous = {col: 1.0}
 
-    def _later(self, h: int, p: int, before: bool) -> Expr:
+    def _later(self, h: int, p: int, before: bool, kept: int = -1, started: int = -1) -> Expr:
         """1 when recompute ``h`` runs at or after the key; ``before``: ``h`` runs before the
-        key's own recompute at ``p`` (so ``Z_{h,p}`` counts it as done)."""
-        return add_scaled(self.r[h], self.z(h, p if before else p - 1), scale=-1.0)
+        key's own recompute at ``p`` (so ``Z_{h,p}`` counts it as done); less ``r_kept`` and
+        plus column ``started`` when given (``_original``'s and ``_recomputed``'s bounds).
+        Between two anchors of ``h`` it repeats step after step: it is made once and shared,
+        never mutated (RL250's double-drop program asks for it a million times)."""
+        k = bisect.bisect_right(self.anchors[h], p if before else p - 1) - 1
+        key = (h, k, kept, started)
+        expr = self._later_cache.get(key)
+        if expr is None:
+            expr = add_scaled(self.r[h], {} if k < 0 else {self.z_cols[h][k]: 1.0}, scale=-1.0)
+            if kept >= 0:
+                expr = add_scaled(expr, self.r[kept], scale=-1.0)
+            if started >= 0:
+                expr = add_scaled(expr, {started: 1.0})
+            self._later_cache[key] = expr
+        return expr
 
     def _end(self, j: int) -> int:
         """The last op position at which storage ``j`` (any version) can be live.  A recompute
@@ -187,12 +204,16 @@ class CutProgram(SparseMilp):
 
     def _memory_rows(self) -> None:
         model = self.model
-        spans = [(model.start[j], self._end(j)) for j in range(len(model.size))]
+        live: list[list[int]] = [[] for _ in range(model.num_ops)]  # per op, the storages its steps may hold
+        for j, nbytes in enumerate(model.size):
+            if nbytes:
+                for p in range(model.start[j], min(self._end(j), model.num_ops - 1) + 1):
+                    live[p].append(j)
         for p, q, runs in self._steps():
             terms: Expr = {}
             const = upper = 0.0
-            for j, (first, end) in enumerate(spans):
-                if not model.size[j] or not first <= p <= end or (q is not None and first == p):
+            for j in live[p]:
+                if q is not None and model.start[j] == p:
                     continue
                 size = model.size[j] / self.unit
                 for version in self._versions(j, p, q):
@@ -225,11 +246,9 @@ class CutProgram(SparseMilp):
         if p <= model.last[j]:
             if i < 0:
                 return 1.0
-            gone = {self.y_cols[i][k]: -1.0 for k, o in enumerate(self.options[i]) if dict(o.early_last)[j] < p}
+            gone = {self.y_cols[i][k]: -1.0 for k, early in enumerate(self._early_last[i][j]) if early < p}
             return [(gone, 1.0)] if gone else 1.0
-        kept = {} if i < 0 else self.r[i]
-        bounds = [(add_scaled(self._later(h, p, q is None or h < q), kept, scale=-1.0), 0.0) for h in model.readers[j]
-                  if self.anchors[h]]
+        bounds = [(self._later(h, p, q is None or h < q, kept=i), 0.0) for h in model.readers[j] if self.anchors[h]]
         return bounds or None
 
     def _recomputed(self, j: int, p: int, q: int | None) -> float | list[tuple[Expr, float]] | None:
@@ -242,7 +261,8 @@ class CutProgram(SparseMilp):
             return None
         if p <= model.late_last[j]:
             return [(started, 0.0)]
-        bounds = [(add_scaled(self._later(h, p, q is None or h < q), started), -1.0) for h in model.readers[j]
+        (column,) = started
+        bounds = [(self._later(h, p, q is None or h < q, started=column), -1.0) for h in model.readers[j]
                   if self.anchors[h]]
         if q == i:  # its own step, read by nothing late (only chained recomputes read it)
             bounds.append((add_scaled(self.z(i, p), self.z(i, p - 1), scale=-1.0), 0.0))

@@ -92,6 +92,7 @@ class DoubleProgram(CutProgram):
         # Second recomputes' steps: (b2, candidate, b1), encoded as q = n + index.
         self.seconds = sorted({(d.b2, i, d.b1) for i, ds in enumerate(self.doubles) for d in ds})
         self.second_index = {key: n + k for k, key in enumerate(self.seconds)}
+        self._double_cache: dict[int, list[tuple[int, Double]]] = {}  # _double_cols, read per step
         super().__init__(model, [o + [o[d.first] for d in ds] for o, ds in zip(options, self.doubles)], dyn_budget,
                          max_nonzeros)
         if self.too_large:
@@ -104,7 +105,10 @@ class DoubleProgram(CutProgram):
                     self.row(add_scaled({col: 1.0}, self.r[c]), -1.0, 1.0)
 
     def _double_cols(self, i: int) -> list[tuple[int, Double]]:
-        return list(zip(self.y_cols[i][self.singles[i]:], self.doubles[i]))
+        cols = self._double_cache.get(i)
+        if cols is None:
+            cols = self._double_cache[i] = list(zip(self.y_cols[i][self.singles[i]:], self.doubles[i]))
+        return cols
 
     def _steps(self) -> list[tuple[int, int | None, Expr]]:
         steps = super()._steps()

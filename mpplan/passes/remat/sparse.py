@@ -48,6 +48,7 @@ class SparseMilp:
         self.values_nz: list[float] = []
         self.aux_bounds: list[tuple[int, list[tuple[Expr, float]]]] = []
         self._aux_cache: dict[tuple[tuple[tuple[tuple[int, float], ...], float], ...], int] = {}
+        self._aux_seen: dict[tuple[tuple[tuple[tuple[int, float], ...], float], ...], int] = {}
 
     def column(self, cost: float, lo: float, hi: float, integer: bool = False) -> int:
         """A new column's index."""
@@ -72,7 +73,15 @@ class SparseMilp:
 
         Between two anchor points a storage's bounds repeat step after step (the anchor
         variables only change there), so sharing them keeps the MILP small.
+
+        Most calls repeat a set built the same way, in the same order: ``_aux_seen`` finds those
+        by their terms as given, before sorting them into the order-free key (RL250's double-drop
+        program makes half a million calls; sorting each took a quarter of its build).
         """
+        seen = tuple((tuple(expr.items()), c0) for expr, c0 in bounds)
+        aux = self._aux_seen.get(seen)
+        if aux is not None:
+            return aux
         key = tuple(sorted((tuple(sorted(expr.items())), c0) for expr, c0 in bounds))
         aux = self._aux_cache.get(key)
         if aux is None:
@@ -80,4 +89,5 @@ class SparseMilp:
             self.aux_bounds.append((aux, bounds))
             for expr, c0 in bounds:
                 self.row(add_scaled({aux: 1.0}, expr, scale=-1.0), c0, INF)
+        self._aux_seen[seen] = aux
         return aux
