@@ -130,6 +130,8 @@ class CutProgram(SparseMilp):
         model = self.model
         anchors: list[list[int]] = [[] for _ in self.options]
         for i in reversed(range(len(self.options))):
+            if not self.options[i]:
+                continue  # never recomputed (a neighbourhood's fixed candidate): no anchor variables
             own = {o.first_late for o in self.options[i] if o.first_late < NEVER}
             latest = max(own, default=-1)
             below = {a for c in model.cand_consumers[i] for a in anchors[c] if a < latest or not own}
