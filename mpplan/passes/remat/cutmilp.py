@@ -187,14 +187,31 @@ class CutProgram(SparseMilp):
         "or" says it is live, or ``None`` (never live there)."""
         return [self._original(j, p, q), self._recomputed(j, p, q)]
 
+    def _fixed(self, j: int) -> bool:
+        """Whether storage ``j`` is live from its first use through its last whatever is chosen:
+        no candidate that makes or reads it has an option (a neighbourhood's fixed candidates,
+        ``cutwindow``), so it is a constant of every row it spans."""
+        model, options = self.model, self.options
+        i = model.producer[j]
+        return (i < 0 or not options[i]) and not any(options[h] for h in model.readers[j])
+
     def _memory_rows(self) -> None:
         model = self.model
         spans = [(model.start[j], self._end(j)) for j in range(len(model.size))]
+        fixed = [self._fixed(j) for j in range(len(model.size))]
+        live, born = [0] * (model.num_ops + 1), [0] * model.num_ops  # fixed bytes per op; those first used there
+        for j, size in enumerate(model.size):
+            if fixed[j]:
+                live[model.start[j]] += size
+                live[model.last[j] + 1] -= size
+                born[model.start[j]] += size
+        live = list(itertools.accumulate(live))
+        variable = [(j, first, end) for j, (first, end) in enumerate(spans) if model.size[j] and not fixed[j]]
         for p, q, runs in self._steps():
             terms: Expr = {}
-            const = upper = 0.0
-            for j, (first, end) in enumerate(spans):
-                if not model.size[j] or not first <= p <= end or (q is not None and first == p):
+            const = upper = (live[p] - (born[p] if q is not None else 0)) / self.unit
+            for j, first, end in variable:
+                if not first <= p <= end or (q is not None and first == p):
                     continue
                 size = model.size[j] / self.unit
                 for version in self._versions(j, p, q):

@@ -18,15 +18,17 @@ first answer is the brute force's optimum).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from mpplan.passes.remat.cutexact import warm_point
 from mpplan.passes.remat.cutlns import effective_choice, fits_choice, windows
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
+from mpplan.passes.remat.cuts import CutFit
+from mpplan.passes.remat.cutsearch import improve_answer
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["SUB_SECONDS", "WINDOW", "lns_local", "neighbourhood_program"]
+__all__ = ["SUB_SECONDS", "WINDOW", "lns_local", "neighbourhood_program", "search_local", "window_order"]
 
 #: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones.
 WINDOW = 30
@@ -52,9 +54,9 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
     backend = available_backend()
     dyn = limit - model.static_bytes
     improved = backend is not None
-    while improved:
+    while improved:  # a pass over the windows, from the first again after each improvement
         improved = False
-        for free in windows(len(options), window):
+        for free in window_order(model, best, window):
             left = deadline - time.perf_counter()
             if left <= 0:
                 return best
@@ -69,7 +71,31 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
             found = effective_choice(model, options, found)
             if _cost(model, found) < _cost(model, best) * (1 - 1e-12) and fits_choice(model, options, found, limit):
                 best, improved = found, True
+                break
     return best
+
+
+def window_order(model: RematModel, chosen: Mapping[int, int], window: int) -> list[range]:
+    """The windows of one pass: first one centred on each recompute of ``chosen``, most
+    expensive first (a recompute is most often traded for its neighbours, whose tensors are
+    live across the same steps), then ``cutlns.windows``' sliding ones not already listed.
+
+    >>> from types import SimpleNamespace
+    >>> model = SimpleNamespace(num_candidates=10, cand_cost=[1.0] * 8 + [5.0, 1.0])
+    >>> window_order(model, {1: 0, 8: 0}, 4)
+    [range(6, 10), range(0, 4), range(2, 6), range(4, 8)]
+    """
+    n = model.num_candidates
+    firsts = (max(0, min(i - window // 2, n - window)) for i in sorted(chosen, key=lambda c: (-model.cand_cost[c], c)))
+    return list(dict.fromkeys([*(range(f, min(n, f + window)) for f in firsts), *windows(n, window)]))
+
+
+def search_local(model: RematModel, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
+                 deadline: float) -> CutFit | None:
+    """``lns_local`` from a one-round answer (``names`` recomputed, cut at ``from_ops`` or the
+    rule's split) as a ``CutFit`` of ``model`` when it is cheaper; ``None`` when it is not, or
+    the answer or the graph lies outside the cut options (``cutsearch.search_cuts``' contract)."""
+    return improve_answer(model, names, from_ops, limit, deadline, lns_local)
 
 
 def _cost(model: RematModel, chosen: Mapping[int, int]) -> float:
