@@ -18,7 +18,7 @@ from test_remat_cutmilp import small_dags
 from test_remat_cutsearch import checked, fitting_start
 from test_remat_cuts import gapped_graphs, least_cut_cost, uneven
 
-from mpplan.graph import Graph
+from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import build_model
 from mpplan.passes.remat.cutexact import choice_names, solve_program
 from mpplan.passes.remat.cutlns import fixed_columns
@@ -98,3 +98,20 @@ def test_without_time_the_answer_is_the_start_less_what_no_late_use_needs() -> N
     start = {index["A"]: 1, index["P1"]: 0, index["Q1"]: 0, index["C"]: 0}
     effective = evaluate(with_cuts(model, options, start), start).chosen
     assert lns_local(model, options, start, 310, time.perf_counter()) == {i: start[i] for i in effective}
+
+
+def test_a_sub_milp_that_hands_back_its_start_is_solved_again() -> None:
+    """Hypothesis's example: started from every candidate recomputed (cost 4), HiGHS 1.16 reports
+    the optimum's objective (2) with the start's values; the search solves again without the
+    start and reaches the brute force's optimum."""
+    def act(name: str, nbytes: int) -> Tensor:
+        return Tensor(name, nbytes)
+
+    tensors = (Tensor("x", 4, Kind.INPUT), act("t0", 1), act("t1", 36), act("t2", 37), act("u2", 1), act("t3", 49),
+               act("t4", 1), act("t5", 1), Tensor("out", 1, Kind.OUTPUT))
+    io = {"O0": ("x", "t0"), "O1": ("t0", "t1"), "O2": ("x t0", "t2 u2"), "O3": ("x", "t3"), "O4": ("t1 t2", "t4"),
+          "O5": ("t4", "t5"), "OUT": ("t4 t5", "out")}
+    ops = tuple(Op(name, "f", tuple(ins.split()), tuple(outs.split()), cost=2.0 if name == "O2" else 1.0)
+                for name, (ins, outs) in io.items())
+    graph = Graph("dag", tensors, ops, ("out",))
+    assert local_cost(graph, {0: 0, 1: 0, 2: 0}, 90, window=3) == 2.0 == least_cut_cost(graph, 90)

@@ -200,11 +200,11 @@ class CutProgram(SparseMilp):
         spans = [(model.start[j], self._end(j)) for j in range(len(model.size))]
         fixed = [self._fixed(j) for j in range(len(model.size))]
         live, born = [0] * (model.num_ops + 1), [0] * model.num_ops  # fixed bytes per op; those first used there
-        for j, size in enumerate(model.size):
+        for j, nbytes in enumerate(model.size):
             if fixed[j]:
-                live[model.start[j]] += size
-                live[model.last[j] + 1] -= size
-                born[model.start[j]] += size
+                live[model.start[j]] += nbytes
+                live[model.last[j] + 1] -= nbytes
+                born[model.start[j]] += nbytes
         live = list(itertools.accumulate(live))
         variable = [(j, first, end) for j, (first, end) in enumerate(spans) if model.size[j] and not fixed[j]]
         for p, q, runs in self._steps():
