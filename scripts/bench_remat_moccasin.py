@@ -13,14 +13,17 @@ prints its best overhead and the overhead it proves no choice of that model goes
 ``--lns SECONDS`` runs the large-neighbourhood search on that MILP (``mpplan.passes.remat.cutlns``)
 from the cell's answer, when it is one round, and prints its overhead.  ``--multi SECONDS`` runs
 the double-drop search (``mpplan.passes.remat.cutmulti``) from the cell's answer for that long, when
-it is one round or double drops, and prints its overhead (what ``solver: auto`` runs in the last
-``MULTI_SHARE``).  ``--lns2 SECONDS`` then runs the large-neighbourhood search on the double-drop
+it is one round or double drops, and prints its overhead (what ``solver: auto`` ran in its last
+quarter before the neighbourhood LNS took it).  ``--local SECONDS`` runs that LNS
+(``mpplan.passes.remat.cutwindow``: each sub-MILP built for its window) from the cell's answer,
+when it is one round, and prints its overhead (``solver: auto`` runs it in the last ``LOCAL_SHARE``).
+``--lns2 SECONDS`` then runs the large-neighbourhood search on the double-drop
 MILP (``mpplan.passes.remat.cutlns2``) from the cell's answer, or from the double-drop search's
 when ``--multi`` ran and found one, for that long, building the whole MILP past
 ``formulation.MAX_NONZEROS``, and prints its overhead, the build's seconds and when it found it.
 
-Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--fractions 0.9,0.8] [--time-limit 60] [--milp 60] [--lns 120]
-[--multi 60] [--lns2 150]``.
+Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--fractions 0.9,0.8] [--time-limit 60]
+[--milp 60] [--lns 120] [--multi 60] [--lns2 150] [--local 120]``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from mpplan.passes.remat.cutlns2 import choice_of, lns_doubles
 from mpplan.passes.remat.cutmilp2 import double_program
 from mpplan.passes.remat.cutmulti import search_multi
 from mpplan.passes.remat.cutmilp import cut_options
+from mpplan.passes.remat.cutsearch import Improve
+from mpplan.passes.remat.cutwindow import lns_local
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.model import SUFFIX, RematModel
 from mpplan.passes.remat.rewriting import repeated_op
@@ -59,6 +64,8 @@ def main() -> None:
                         help="seconds for the double-drop search after each cell (0: none)")
     parser.add_argument("--lns2", type=float, default=0.0,
                         help="seconds for the double-drop MILP's LNS after each cell (0: none)")
+    parser.add_argument("--local", type=float, default=0.0,
+                        help="seconds for the neighbourhood LNS after each cell (0: none)")
     args = parser.parse_args()
     for size in args.sizes.split(","):
         (path,) = SHARED_DATA.glob(f"random_layered_n{size}_*.json")
@@ -77,6 +84,8 @@ def main() -> None:
                 print(f"  cut MILP: {milp_line(graph, r, args.milp)}", flush=True)
             if args.lns > 0:
                 print(f"  cut LNS: {lns_line(graph, r, args.lns)}", flush=True)
+            if args.local > 0:
+                print(f"  neighbourhood LNS: {lns_line(graph, r, args.local, lns_local)}", flush=True)
             multi = None
             if args.multi > 0:
                 line, multi = multi_line(graph, r, args.multi)
@@ -92,15 +101,15 @@ def one_round(model: RematModel, r: RematResult) -> dict[int, int] | None:
     return None if any(SUFFIX in n for n in names) else option_of(model, names, r.from_ops)
 
 
-def lns_line(graph: Graph, r: RematResult, seconds: float) -> str:
-    """The overhead of ``lns_cuts`` started from ``r`` within ``seconds``, its plan's
-    peak checked by ``sim`` on the rewritten graph."""
+def lns_line(graph: Graph, r: RematResult, seconds: float, search: Improve = lns_cuts) -> str:
+    """The overhead of ``search`` (``lns_cuts``, or ``lns_local``) started from ``r`` within
+    ``seconds``, its plan's peak checked by ``sim`` on the rewritten graph."""
     clock = time.perf_counter()
     model = build_model(graph)
     start, options = one_round(model, r), cut_options(model)
     if r.budget_bytes is None or start is None or options is None:
         return "not one round of the cut model"
-    found = lns_cuts(model, options, start, r.budget_bytes, clock + seconds)
+    found = search(model, options, start, r.budget_bytes, clock + seconds)
     names, from_ops = choice_names(model, found)
     rewritten = apply_recompute(graph, names, from_ops)
     fits = sim.given_peak(rewritten) <= r.budget_bytes

@@ -174,7 +174,7 @@ def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> No
 
     monkeypatch.setattr(api, "search_lns", lns)
     monkeypatch.setattr(api, "search_cuts", unused)
-    monkeypatch.setattr(api, "search_multi", unused)
+    monkeypatch.setattr(api, "search_local", unused)
     graph = twice_read()
     r = remat(graph, "budget", budget=410, time_limit_s=limit_s)
     assert seconds["cuts"] <= (1 - LNS_SHARE - 1 / 3) * limit_s + 1e-9

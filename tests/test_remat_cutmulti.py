@@ -24,7 +24,7 @@ from test_remat_cutsearch import fitting_start
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import api, apply_recompute, build_model, remat
-from mpplan.passes.remat.api import MULTI_SHARE, SEARCH_SHARE, result_of
+from mpplan.passes.remat.api import LOCAL_SHARE, SEARCH_SHARE, result_of
 from mpplan.passes.remat import cutmulti
 from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
@@ -202,8 +202,8 @@ def test_the_cut_phase_ends_by_the_rounds_end_so_the_search_keeps_its_share(monk
 
     monkeypatch.setattr(api, "eligible", lambda model: False)  # a graph too large for the LNS
     monkeypatch.setattr(api, "search_cuts", search)
-    monkeypatch.setattr(api, "search_multi", lambda *args: None)
+    monkeypatch.setattr(api, "search_local", lambda *args: None)
     r = remat(twice_read(), "budget", budget=460, time_limit_s=limit_s)
     assert r.peak_bytes <= 460 < peak(twice_read()) and r.added_cost > 0
-    assert seconds["cuts"] <= (1 - SEARCH_SHARE - MULTI_SHARE - 1 / 3) * limit_s
+    assert seconds["cuts"] <= (1 - SEARCH_SHARE - LOCAL_SHARE - 1 / 3) * limit_s
     assert seconds.get("search", 0.0) >= 0.8 * SEARCH_SHARE * limit_s

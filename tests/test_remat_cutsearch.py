@@ -18,7 +18,7 @@ from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, u
 from mpplan import sim
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import api, apply_recompute, build_model, remat
-from mpplan.passes.remat.api import MULTI_SHARE, SEARCH_SHARE, result_of
+from mpplan.passes.remat.api import LOCAL_SHARE, SEARCH_SHARE, result_of
 from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutsearch import improve_cuts, search_cuts, with_cuts
@@ -187,8 +187,8 @@ def test_recomputing_every_candidate_can_raise_the_peak() -> None:
 
 def test_the_search_keeps_its_share_where_the_rounds_would_use_the_whole_limit(monkeypatch) -> None:
     """With ``solver="auto"`` the second-round phase stops short of the last
-    ``SEARCH_SHARE`` + ``MULTI_SHARE`` of the limit: here the rounds and the search take
-    every second they are given, and the search and then the double-drop search still
+    ``SEARCH_SHARE`` + ``LOCAL_SHARE`` of the limit: here the rounds and the search take
+    every second they are given, and the search and then the neighbourhood LNS still
     start with their shares left (without it, RL1000 at 0.9 stayed at 0.82% where the
     search reached 0.74%)."""
     limit_s = 2.0
@@ -201,15 +201,15 @@ def test_the_search_keeps_its_share_where_the_rounds_would_use_the_whole_limit(m
         seconds["search"] = deadline - time.perf_counter()
         time.sleep(max(0.0, deadline - time.perf_counter()))
 
-    def multi(graph: object, names: object, from_ops: object, limit: int, deadline: float) -> None:
-        seconds["multi"] = deadline - time.perf_counter()
+    def local(model: object, names: object, from_ops: object, limit: int, deadline: float) -> None:
+        seconds["local"] = deadline - time.perf_counter()
 
     monkeypatch.setattr(api, "eligible", lambda model: False)  # a graph too large for the LNS
     monkeypatch.setattr(api, "fit_cuts", lambda *args, **kwargs: None)
     monkeypatch.setattr(api, "fit_rounds", rounds)
     monkeypatch.setattr(api, "search_cuts", search)
-    monkeypatch.setattr(api, "search_multi", multi)
+    monkeypatch.setattr(api, "search_local", local)
     r = remat(uneven(), "budget", budget=320, time_limit_s=limit_s)
     assert r.peak_bytes <= 320 < peak(uneven()) and r.added_cost > 0
     assert seconds.get("search", 0.0) >= 0.8 * SEARCH_SHARE * limit_s
-    assert seconds.get("multi", 0.0) >= 0.8 * MULTI_SHARE * limit_s
+    assert seconds.get("local", 0.0) >= 0.8 * LOCAL_SHARE * limit_s

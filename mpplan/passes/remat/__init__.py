@@ -21,9 +21,11 @@ Policies (``POLICIES``):
     (``mpplan.passes.remat.budget``); on graphs without a backward pass also with
     late regions starting at cut points it chooses (``mpplan.passes.remat.cuts``,
     recorded as ``from_op``), in a second round (``mpplan.passes.remat.rounds``) and,
-    with ``solver="auto"``, with tensors dropped at two of their gaps
-    (``mpplan.passes.remat.cutmulti``, or on graphs whose double-drop MILP builds in
-    seconds, a large-neighbourhood search on it: ``mpplan.passes.remat.cutlns2``).
+    with ``solver="auto"``, by a local search on the cuts (``cutsearch``) and then a
+    large-neighbourhood search on the cut MILP built per neighbourhood
+    (``mpplan.passes.remat.cutwindow``), or on graphs whose double-drop MILP builds in
+    seconds, one on that MILP, with tensors dropped at two of their gaps
+    (``mpplan.passes.remat.cutlns2``).
     The exact reference for the cuts is a MILP choosing recomputes and cuts together
     (``mpplan.passes.remat.cutmilp``, solved by ``cutexact``): the tests hold the
     heuristic to it, and ``scripts/bench_remat_moccasin.py --milp`` reports its bound.

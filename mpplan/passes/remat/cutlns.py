@@ -33,7 +33,7 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["SUB_SECONDS", "WINDOW", "fixed_columns", "lns_cuts", "windows"]
+__all__ = ["SUB_SECONDS", "WINDOW", "effective_choice", "fits_choice", "fixed_columns", "lns_cuts", "windows"]
 
 #: A cut program or one of its extensions (``cutmilp2.DoubleProgram``).
 P = TypeVar("P", bound=CutProgram)
@@ -63,7 +63,7 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
     """A choice (candidate -> option) that fits ``limit`` bytes and costs no more than
     ``start`` (which must fit), improved by sub-MILPs over ``windows`` until a pass over
     them finds nothing or ``deadline`` (``time.perf_counter()``) passes (module docstring)."""
-    best = _effective(model, options, start)
+    best = effective_choice(model, options, start)
     backend = available_backend()
     dyn = limit - model.static_bytes
     if backend is None or time.perf_counter() >= deadline:
@@ -83,8 +83,8 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
             if x is None:
                 continue
             found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
-            found = _effective(model, options, found)
-            if _cost(model, found) < _cost(model, best) * (1 - 1e-12) and _fits(model, options, found, limit):
+            found = effective_choice(model, options, found)
+            if _cost(model, found) < _cost(model, best) * (1 - 1e-12) and fits_choice(model, options, found, limit):
                 best, improved = found, True
     return best
 
@@ -102,12 +102,12 @@ def fixed_columns(program: P, chosen: Mapping[int, int], free: set[int]) -> P:
     return fixed
 
 
-def _effective(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int]) -> dict[int, int]:
+def effective_choice(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int]) -> dict[int, int]:
     """``chosen`` less what no late use needs: the recomputes its rewrite makes."""
     return {i: chosen[i] for i in evaluate(with_cuts(model, options, chosen), chosen).chosen}
 
 
-def _fits(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int], limit: int) -> bool:
+def fits_choice(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int], limit: int) -> bool:
     return evaluate(with_cuts(model, options, chosen), chosen).peak <= limit
 
 

@@ -134,6 +134,8 @@ class CutProgram(SparseMilp):
         model = self.model
         anchors: list[list[int]] = [[] for _ in self.options]
         for i in reversed(range(len(self.options))):
+            if not self.options[i]:
+                continue  # never recomputed (a neighbourhood's fixed candidate): no anchor variables
             own = {o.first_late for o in self.options[i] if o.first_late < NEVER}
             latest = max(own, default=-1)
             below = {a for c in model.cand_consumers[i] for a in anchors[c] if a < latest or not own}
@@ -202,16 +204,30 @@ class CutProgram(SparseMilp):
         "or" says it is live, or ``None`` (never live there)."""
         return [self._original(j, p, q), self._recomputed(j, p, q)]
 
+    def _fixed(self, j: int) -> bool:
+        """Whether storage ``j`` is live from its first use through its last whatever is chosen:
+        no candidate that makes or reads it has an option (a neighbourhood's fixed candidates,
+        ``cutwindow``), so it is a constant of every row it spans."""
+        model, options = self.model, self.options
+        i = model.producer[j]
+        return (i < 0 or not options[i]) and not any(options[h] for h in model.readers[j])
+
     def _memory_rows(self) -> None:
         model = self.model
-        live: list[list[int]] = [[] for _ in range(model.num_ops)]  # per op, the storages its steps may hold
+        fixed, born = [0] * (model.num_ops + 1), [0] * model.num_ops  # fixed bytes per op; those first used there
+        live: list[list[int]] = [[] for _ in range(model.num_ops)]  # per op, the other storages its steps may hold
         for j, nbytes in enumerate(model.size):
-            if nbytes:
+            if nbytes and self._fixed(j):
+                fixed[model.start[j]] += nbytes
+                fixed[model.last[j] + 1] -= nbytes
+                born[model.start[j]] += nbytes
+            elif nbytes:
                 for p in range(model.start[j], min(self._end(j), model.num_ops - 1) + 1):
                     live[p].append(j)
+        held = list(itertools.accumulate(fixed))
         for p, q, runs in self._steps():
             terms: Expr = {}
-            const = upper = 0.0
+            const = upper = (held[p] - (born[p] if q is not None else 0)) / self.unit
             for j in live[p]:
                 if q is not None and model.start[j] == p:
                     continue

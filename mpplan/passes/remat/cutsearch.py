@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from mpplan.passes.remat.cutexact import choice_names, option_of
 from mpplan.passes.remat.cutmilp import CutOption, cut_options
@@ -32,7 +32,7 @@ from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import RematModel, storage_index
 
-__all__ = ["OVERSPEND", "TOP_MOVES", "improve_cuts", "search_cuts", "with_cuts"]
+__all__ = ["OVERSPEND", "TOP_MOVES", "Improve", "improve_answer", "improve_cuts", "search_cuts", "with_cuts"]
 
 #: Per repair step: how many moves (by estimated gain per cost) are scored exactly, at
 #: first; four times more each time a pass over every ruin finds nothing.
@@ -44,6 +44,9 @@ OVERSPEND = 2.0
 
 #: A choice: candidate -> index of its option in ``cut_options``.
 Chosen = dict[int, int]
+
+#: A search on cut options: (model, options, fitting start, limit, deadline) -> a choice costing no more.
+Improve = Callable[[RematModel, list[list[CutOption]], Mapping[int, int], int, float], Chosen]
 
 
 def with_cuts(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int],
@@ -207,11 +210,18 @@ def search_cuts(model: RematModel, names: Sequence[str], from_ops: Mapping[str, 
     """``improve_cuts`` from a one-round answer (``names`` recomputed, cut at ``from_ops``
     or the rule's split) as a ``CutFit`` of ``model`` when it is cheaper; ``None`` when it
     is not, or the answer or the graph lies outside the cut options."""
+    return improve_answer(model, names, from_ops, limit, deadline, improve_cuts)
+
+
+def improve_answer(model: RematModel, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
+                   deadline: float, improve: Improve) -> CutFit | None:
+    """``improve`` (``improve_cuts`` or another search on cut options with its signature)
+    from a one-round answer as ``search_cuts`` describes."""
     options = cut_options(model)
     start = None if options is None else option_of(model, names, from_ops)
     if options is None or start is None:
         return None
-    found = improve_cuts(model, options, start, limit, deadline)
+    found = improve(model, options, start, limit, deadline)
     cost = _cost(model, found)
     if cost >= _cost(model, start):
         return None
