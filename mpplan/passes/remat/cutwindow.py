@@ -26,7 +26,6 @@ in the 21 s ``solver: auto`` gives it, 3.090% in 44 s of sliding windows.
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -74,7 +73,7 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
             left = deadline - time.perf_counter()
             if program.too_large or left <= 0:
                 continue
-            x = _solve(program, backend, min(sub_seconds, left), warm_point(program, best))
+            _, x, _, _ = solve_arrays(program, backend, min(sub_seconds, left), warm_point(program, best))
             if x is None:
                 continue
             found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
@@ -106,16 +105,6 @@ def search_local(model: RematModel, names: Sequence[str], from_ops: Mapping[str,
     rule's split) as a ``CutFit`` of ``model`` when it is cheaper; ``None`` when it is not, or
     the answer or the graph lies outside the cut options (``cutsearch.search_cuts``' contract)."""
     return improve_answer(model, names, from_ops, limit, deadline, lns_local)
-
-
-def _solve(program: CutProgram, backend: str, seconds: float, warm: list[float]) -> list[float] | None:
-    """``program``'s column values from HiGHS started at ``warm``; solved again without it when
-    the values are not the objective it reports: HiGHS 1.16 can hand back the start's values
-    with the optimum's objective (``tests/test_remat_cutwindow.py``: a three-candidate graph)."""
-    _, x, objective, _ = solve_arrays(program, backend, seconds, warm)
-    if x is not None and objective is not None and abs(sum(map(operator.mul, program.cost, x)) - objective) > 1e-6:
-        _, x, _, _ = solve_arrays(program, backend, seconds)
-    return x
 
 
 def _cost(model: RematModel, chosen: Mapping[int, int]) -> float:
