@@ -8,6 +8,7 @@ candidate.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,13 +24,15 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
-from mpplan.passes.remat import api, apply_recompute, build_model, cutlns2, remat
+from mpplan.passes.remat import RematInfeasibleError, api, apply_recompute, build_model, cutlns2, programbuild, remat
 from mpplan.passes.remat.api import LNS_SHARE, result_of
-from mpplan.passes.remat.cutlns2 import ProgramBuild, choice_of, eligible, lns_doubles, search_lns
+from mpplan.passes.remat.cutlns2 import choice_of, eligible, lns_doubles, search_lns
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
 from mpplan.passes.remat.cutsearch import with_cuts
 from mpplan.passes.remat.evaluation import evaluate
+from mpplan.passes.remat.model import RematModel
+from mpplan.passes.remat.programbuild import ProgramBuild
 from mpplan.verify import verify
 
 
@@ -155,6 +158,58 @@ def test_a_program_built_in_the_background_is_the_program() -> None:
         direct.cost, direct.row_lo, direct.row_hi, direct.starts, direct.index_nz, direct.values_nz)
 
 
+def test_a_stopped_build_is_no_program() -> None:
+    """``double_program``'s memory rows end at a set ``stop`` (``ProgramBuild.cancel``)."""
+    graph = twice_read()
+    model = build_model(graph)
+    stop = threading.Event()
+    assert double_program(model, 410 - model.static_bytes, stop=stop) is not None
+    stop.set()
+    assert double_program(model, 410 - model.static_bytes, stop=stop) is None
+
+
+def blocked_build(monkeypatch: pytest.MonkeyPatch) -> tuple[list[threading.Event], threading.Event]:
+    """``ProgramBuild``'s ``double_program`` made to wait on its stop event (10 s at most, then
+    it fails); the stop events it was given, and an event set once it has returned."""
+    seen: list[threading.Event] = []
+    finished = threading.Event()
+
+    def blocked(model: RematModel, dyn_budget: int, max_nonzeros: int, stop: threading.Event) -> None:
+        seen.append(stop)
+        stopped = stop.wait(10.0)
+        finished.set()
+        if not stopped:
+            raise AssertionError("the build was never stopped")
+
+    monkeypatch.setattr(programbuild, "double_program", blocked)
+    return seen, finished
+
+
+def test_a_build_not_done_by_the_deadline_is_cancelled(monkeypatch) -> None:
+    seen, finished = blocked_build(monkeypatch)
+    build = ProgramBuild(build_model(twice_read()), 410)
+    assert build.result(time.perf_counter()) is None
+    assert finished.wait(10.0) and seen[0].is_set()
+    assert build.result() is None and build.done()
+
+
+def test_remat_that_raises_stops_its_build(monkeypatch) -> None:
+    """An infeasible budget raises before the LNS consumes the build: ``remat`` cancels it."""
+    seen, finished = blocked_build(monkeypatch)
+    graph = twice_read()
+    assert eligible(build_model(graph))
+    with pytest.raises(RematInfeasibleError):
+        remat(graph, "budget", budget=200, time_limit_s=1.0)
+    assert finished.wait(10.0) and len(seen) == 1 and seen[0].is_set()
+
+
+def test_search_lns_refuses_a_build_at_another_limit() -> None:
+    graph = twice_read()
+    build = ProgramBuild(build_model(graph), 410)
+    with pytest.raises(AssertionError, match="another limit"):
+        search_lns(graph, ["B"], {"b": "D"}, 420, time.perf_counter() + 5.0, build)
+
+
 def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> None:
     """On a graph whose double-drop program is ``eligible``, ``solver="auto"`` ends the cut
     phase short of the last ``LNS_SHARE`` of the limit and runs the LNS there instead of
@@ -166,7 +221,7 @@ def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> No
     def lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int, deadline: float,
             build: ProgramBuild | None = None) -> Any:
         seconds["lns"] = deadline - time.perf_counter()
-        assert build is not None and not build._thread.is_alive()  # built while the first fit ran
+        assert build is not None and build.done()  # built while the first fit ran
         return search_lns(graph, names, from_ops, limit, deadline, build)
 
     def unused(*args: Any) -> None:
