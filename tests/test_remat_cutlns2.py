@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,13 +27,14 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
 from mpplan.passes.remat import RematInfeasibleError, api, apply_recompute, build_model, cutlns2, programbuild, remat
 from mpplan.passes.remat.api import LNS_SHARE, result_of
-from mpplan.passes.remat.cutlns2 import choice_of, eligible, lns_doubles, search_lns
+from mpplan.passes.remat.cutlns2 import SUB_SECONDS, choice_of, eligible, lns_doubles, search_lns
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
 from mpplan.passes.remat.cutsearch import with_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel
 from mpplan.passes.remat.programbuild import ProgramBuild
+from mpplan.passes.remat.restrict import Restriction
 from mpplan.verify import verify
 
 
@@ -208,6 +210,33 @@ def test_search_lns_refuses_a_build_at_another_limit() -> None:
     build = ProgramBuild(build_model(graph), 410)
     with pytest.raises(AssertionError, match="another limit"):
         search_lns(graph, ["B"], {"b": "D"}, 420, time.perf_counter() + 5.0, build)
+
+
+def test_a_sub_milp_built_past_the_deadline_is_not_solved(monkeypatch) -> None:
+    """The time a sub-MILP's build takes counts: one done past the deadline is not solved
+    (here a fake clock moves 10 s while it builds, with 5 s left before)."""
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    start = choice_of(program, ["B"], {"b": "D"})
+    assert start is not None
+    now = [0.0]
+    restriction = Restriction(program)
+    build = restriction.sub_milp
+
+    def slow_build(chosen: Mapping[int, int], free: set[int]) -> Any:
+        now[0] += 10.0
+        return build(chosen, free)
+
+    def unused(*args: Any) -> None:
+        raise AssertionError("a sub-MILP was solved past the deadline")
+
+    monkeypatch.setattr(restriction, "sub_milp", slow_build)
+    monkeypatch.setattr(cutlns2, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(cutlns2, "solve_arrays", unused)
+    free = set(range(len(program.y_cols)))
+    assert cutlns2._sub_answer(restriction, start, free, "highs", 5.0, SUB_SECONDS) is None
 
 
 def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> None:

@@ -146,7 +146,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
             free = todo.pop(0)
             tried.update(free)
             solves += 1
-            found = _sub_answer(restriction, base, set(free) | set(base), backend, left, sub_seconds)
+            found = _sub_answer(restriction, base, set(free) | set(base), backend, deadline, sub_seconds)
             cost = None if found is None else _measured(graph, program, found, limit)
             if found is not None and cost is not None and cost < best_cost * (1 - 1e-12):
                 best, best_cost, improved = found, cost, True
@@ -160,15 +160,19 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
     return CutFit(names, from_ops, best_cost)
 
 
-def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], backend: str, left: float,
+def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], backend: str, deadline: float,
                 sub_seconds: float) -> dict[int, int] | None:
     """The sub-MILP's answer (candidate -> option) freeing ``free`` around ``base``, within
-    ``min(sub_seconds, left)`` seconds, or ``None`` when it has none (or nothing to decide)."""
+    ``sub_seconds`` and the time to ``deadline`` left once it is built, or ``None`` when it
+    has none (or nothing to decide, or no time is left)."""
     program = restriction.program
     sub = restriction.sub_milp(base, free)
     if sub is None or not sub.cost:
         return None
     warm = restriction.restrict(sub, warm_point(program, base))
+    left = deadline - time.perf_counter()  # the build takes time too
+    if left <= 0:
+        return None
     _, solved, _, _ = solve_arrays(sub, backend, min(sub_seconds, left), warm)
     if solved is None:
         return None
