@@ -128,6 +128,13 @@ class CutProgram(SparseMilp):
         self.z_cols = [[self._column(0.0) for _ in a] for a in self.anchors]
         self._anchor_rows()
         self._memory_rows(stop)
+        self.built()
+
+    def built(self) -> None:
+        """``SparseMilp.built``, and the build's own caches: ``_later``'s and the options' early uses."""
+        super().built()
+        self._later_cache.clear()
+        self._early_last.clear()
 
     def _column(self, cost: float, integer: bool = False) -> int:
         return self.column(cost, 0.0, 1.0, integer)

@@ -96,6 +96,7 @@ class DoubleProgram(CutProgram):
         self._double_cache: dict[int, list[tuple[int, Double]]] = {}  # _double_cols, read per step
         super().__init__(model, [o + [o[d.first] for d in ds] for o, ds in zip(options, self.doubles)], dyn_budget,
                          max_nonzeros, stop)
+        self._double_cache.clear()  # read only by the memory rows, built by now
         if self.too_large:
             return
         for i, ds in enumerate(self.doubles):
