@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from mpplan.graph import Graph
 from mpplan.passes.remat.cutexact import option_of, warm_point
 from mpplan.passes.remat.cutlns import windows
-from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
+from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, neighbours
 from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
