@@ -62,6 +62,18 @@ def lns_cost(graph: Graph, start: dict[int, int], budget: int, window: int) -> f
     return found.cost
 
 
+def twice_read_at_410() -> tuple[Graph, DoubleProgram, dict[int, int]]:
+    """``twice_read``, its double-drop program at 410 bytes, and the start ``B`` recomputed
+    from ``D`` (one drop, cost 5)."""
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    start = choice_of(program, ["B"], {"b": "D"})
+    assert start is not None
+    return graph, program, start
+
+
 def one_round_start(graph: Graph, fraction: float, data: st.DataObject) -> tuple[dict[int, int], int]:
     """``fitting_start`` less what no late use needs (a one-round answer that fits), on
     graphs the brute force enumerates."""
@@ -109,12 +121,7 @@ def test_a_batch_of_sub_milps_starts_from_one_incumbent(monkeypatch: pytest.Monk
     """With ``batch`` windows per incumbent, a sub-MILP starts from the best answer of the
     batches before: the incumbent changes only between batches (here the second sub-MILP
     finds ``A`` dropped twice; with ``batch`` 2 or 3 the third, not the second, starts there)."""
-    graph = twice_read()
-    model = build_model(graph)
-    program = double_program(model, 410 - model.static_bytes)
-    assert program is not None
-    start = choice_of(program, ["B"], {"b": "D"})
-    assert start is not None
+    graph, program, start = twice_read_at_410()
     bases: list[dict[int, int]] = []
     solve = cutlns2._sub_answer
 
@@ -143,12 +150,8 @@ def test_choice_of_inverts_double_names() -> None:
 
 
 def test_without_time_nothing_is_found() -> None:
-    graph = twice_read()
-    model = build_model(graph)
-    program = double_program(model, 410 - model.static_bytes)
-    assert program is not None
-    start = choice_of(program, ["B"], {"b": "D"})
-    assert start is not None and lns_doubles(graph, program, start, 410, time.perf_counter()) is None
+    graph, program, start = twice_read_at_410()
+    assert lns_doubles(graph, program, start, 410, time.perf_counter()) is None
 
 
 def test_a_program_built_in_the_background_is_the_program() -> None:
@@ -215,12 +218,7 @@ def test_search_lns_refuses_a_build_at_another_limit() -> None:
 def test_a_sub_milp_built_past_the_deadline_is_not_solved(monkeypatch) -> None:
     """The time a sub-MILP's build takes counts: one done past the deadline is not solved
     (here a fake clock moves 10 s while it builds, with 5 s left before)."""
-    graph = twice_read()
-    model = build_model(graph)
-    program = double_program(model, 410 - model.static_bytes)
-    assert program is not None
-    start = choice_of(program, ["B"], {"b": "D"})
-    assert start is not None
+    graph, program, start = twice_read_at_410()
     now = [0.0]
     restriction = Restriction(program)
     build = restriction.sub_milp
