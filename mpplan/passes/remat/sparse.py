@@ -52,8 +52,9 @@ class SparseMilp:
 
     def built(self) -> None:
         """Drops ``aux``'s caches once the subclass's ``__init__`` has built the MILP: only the
-        build reads them (``aux_bounds`` keeps what the restriction reads); the review of this
-        stop measured them and ``cutmilp``'s caches at 99 of RL250 at 0.8's 215 MiB program."""
+        build reads them (``aux_bounds`` keeps what the restriction reads).  With ``cutmilp``'s
+        caches dropped too, RL250 at 0.8's double-drop program holds 120 MiB once built, against
+        214 MiB with them kept (``tracemalloc``)."""
         self._aux_cache.clear()
         self._aux_seen.clear()
 
