@@ -175,9 +175,10 @@ class Table:
     column (``ValueError`` otherwise): a mapping would keep one of two equal keys where the column
     path writes both, and ``zip`` would cut a ragged table short, so the two ways would write
     different documents, or drop records.
-    The few fields, and the length of each column, are checked whenever a table is made.  Keys given as a sequence, which can
-    repeat one, are checked too; keys given as a set (a mapping's ``keys()``, as ``Table.of``
-    gives them) cannot repeat, and are not: a set of 100k keys on every ``save_plan`` cost 12-16 ms.
+    The few fields, and the length of each column, are checked whenever a table is made.  Keys
+    given as a sequence, which can repeat one, are checked too; keys given as a set (a
+    mapping's ``keys()``, as ``Table.of`` gives them) cannot repeat, and are not: a set of 100k
+    keys on every ``save_plan`` cost 12-16 ms.
     """
 
     keys: Sequence[Any] | AbstractSet[Any]

@@ -8,8 +8,10 @@ candidate.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,13 +25,16 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
-from mpplan.passes.remat import api, apply_recompute, build_model, cutlns2, remat
+from mpplan.passes.remat import RematInfeasibleError, api, apply_recompute, build_model, cutlns2, programbuild, remat
 from mpplan.passes.remat.api import LNS_SHARE, result_of
-from mpplan.passes.remat.cutlns2 import ProgramBuild, choice_of, eligible, lns_doubles, search_lns
+from mpplan.passes.remat.cutlns2 import SUB_SECONDS, choice_of, eligible, lns_doubles, search_lns
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
 from mpplan.passes.remat.cutsearch import with_cuts
 from mpplan.passes.remat.evaluation import evaluate
+from mpplan.passes.remat.model import RematModel
+from mpplan.passes.remat.programbuild import ProgramBuild
+from mpplan.passes.remat.restrict import Restriction
 from mpplan.verify import verify
 
 
@@ -55,6 +60,18 @@ def lns_cost(graph: Graph, start: dict[int, int], budget: int, window: int) -> f
     verify(graph, planned_with(graph, result_of(graph, found.names, "budget", peak(graph), 0.0,
                                                 from_ops=found.from_ops)))
     return found.cost
+
+
+def twice_read_at_410() -> tuple[Graph, DoubleProgram, dict[int, int]]:
+    """``twice_read``, its double-drop program at 410 bytes, and the start ``B`` recomputed
+    from ``D`` (one drop, cost 5)."""
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None
+    start = choice_of(program, ["B"], {"b": "D"})
+    assert start is not None
+    return graph, program, start
 
 
 def one_round_start(graph: Graph, fraction: float, data: st.DataObject) -> tuple[dict[int, int], int]:
@@ -104,12 +121,7 @@ def test_a_batch_of_sub_milps_starts_from_one_incumbent(monkeypatch: pytest.Monk
     """With ``batch`` windows per incumbent, a sub-MILP starts from the best answer of the
     batches before: the incumbent changes only between batches (here the second sub-MILP
     finds ``A`` dropped twice; with ``batch`` 2 or 3 the third, not the second, starts there)."""
-    graph = twice_read()
-    model = build_model(graph)
-    program = double_program(model, 410 - model.static_bytes)
-    assert program is not None
-    start = choice_of(program, ["B"], {"b": "D"})
-    assert start is not None
+    graph, program, start = twice_read_at_410()
     bases: list[dict[int, int]] = []
     solve = cutlns2._sub_answer
 
@@ -138,12 +150,8 @@ def test_choice_of_inverts_double_names() -> None:
 
 
 def test_without_time_nothing_is_found() -> None:
-    graph = twice_read()
-    model = build_model(graph)
-    program = double_program(model, 410 - model.static_bytes)
-    assert program is not None
-    start = choice_of(program, ["B"], {"b": "D"})
-    assert start is not None and lns_doubles(graph, program, start, 410, time.perf_counter()) is None
+    graph, program, start = twice_read_at_410()
+    assert lns_doubles(graph, program, start, 410, time.perf_counter()) is None
 
 
 def test_a_program_built_in_the_background_is_the_program() -> None:
@@ -153,6 +161,80 @@ def test_a_program_built_in_the_background_is_the_program() -> None:
     assert built is not None and direct is not None
     assert (built.cost, built.row_lo, built.row_hi, built.starts, built.index_nz, built.values_nz) == (
         direct.cost, direct.row_lo, direct.row_hi, direct.starts, direct.index_nz, direct.values_nz)
+
+
+def test_a_stopped_build_is_no_program() -> None:
+    """``double_program``'s memory rows end at a set ``stop`` (``ProgramBuild.cancel``)."""
+    graph = twice_read()
+    model = build_model(graph)
+    stop = threading.Event()
+    assert double_program(model, 410 - model.static_bytes, stop=stop) is not None
+    stop.set()
+    assert double_program(model, 410 - model.static_bytes, stop=stop) is None
+
+
+def blocked_build(monkeypatch: pytest.MonkeyPatch) -> tuple[list[threading.Event], threading.Event]:
+    """``ProgramBuild``'s ``double_program`` made to wait on its stop event (10 s at most, then
+    it fails); the stop events it was given, and an event set once it has returned."""
+    seen: list[threading.Event] = []
+    finished = threading.Event()
+
+    def blocked(model: RematModel, dyn_budget: int, max_nonzeros: int, stop: threading.Event) -> None:
+        seen.append(stop)
+        stopped = stop.wait(10.0)
+        finished.set()
+        if not stopped:
+            raise AssertionError("the build was never stopped")
+
+    monkeypatch.setattr(programbuild, "double_program", blocked)
+    return seen, finished
+
+
+def test_a_build_not_done_by_the_deadline_is_cancelled(monkeypatch) -> None:
+    seen, finished = blocked_build(monkeypatch)
+    build = ProgramBuild(build_model(twice_read()), 410)
+    assert build.result(time.perf_counter()) is None
+    assert finished.wait(10.0) and seen[0].is_set()
+    assert build.result() is None and build.done()
+
+
+def test_remat_that_raises_stops_its_build(monkeypatch) -> None:
+    """An infeasible budget raises before the LNS consumes the build: ``remat`` cancels it."""
+    seen, finished = blocked_build(monkeypatch)
+    graph = twice_read()
+    assert eligible(build_model(graph))
+    with pytest.raises(RematInfeasibleError):
+        remat(graph, "budget", budget=200, time_limit_s=1.0)
+    assert finished.wait(10.0) and len(seen) == 1 and seen[0].is_set()
+
+
+def test_search_lns_refuses_a_build_at_another_limit() -> None:
+    graph = twice_read()
+    build = ProgramBuild(build_model(graph), 410)
+    with pytest.raises(AssertionError, match="another limit"):
+        search_lns(graph, ["B"], {"b": "D"}, 420, time.perf_counter() + 5.0, build)
+
+
+def test_a_sub_milp_built_past_the_deadline_is_not_solved(monkeypatch) -> None:
+    """The time a sub-MILP's build takes counts: one done past the deadline is not solved
+    (here a fake clock moves 10 s while it builds, with 5 s left before)."""
+    graph, program, start = twice_read_at_410()
+    now = [0.0]
+    restriction = Restriction(program)
+    build = restriction.sub_milp
+
+    def slow_build(chosen: Mapping[int, int], free: set[int]) -> Any:
+        now[0] += 10.0
+        return build(chosen, free)
+
+    def unused(*args: Any) -> None:
+        raise AssertionError("a sub-MILP was solved past the deadline")
+
+    monkeypatch.setattr(restriction, "sub_milp", slow_build)
+    monkeypatch.setattr(cutlns2, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(cutlns2, "solve_arrays", unused)
+    free = set(range(len(program.y_cols)))
+    assert cutlns2._sub_answer(restriction, start, free, "highs", 5.0, SUB_SECONDS) is None
 
 
 def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> None:
@@ -166,7 +248,7 @@ def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> No
     def lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int, deadline: float,
             build: ProgramBuild | None = None) -> Any:
         seconds["lns"] = deadline - time.perf_counter()
-        assert build is not None and not build._thread.is_alive()  # built while the first fit ran
+        assert build is not None and build.done()  # built while the first fit ran
         return search_lns(graph, names, from_ops, limit, deadline, build)
 
     def unused(*args: Any) -> None:

@@ -101,6 +101,19 @@ def test_a_warm_start_from_a_one_drop_answer_is_taken() -> None:
         "A", "A@recompute")
 
 
+def test_a_built_program_keeps_none_of_its_build_caches() -> None:
+    """Only the build reads ``aux``'s, ``_later``'s, the early uses' and ``_double_cols``'
+    caches: the program drops them once built (they were most of RL250's program)."""
+    graph = twice_read()
+    model = build_model(graph)
+    program = double_program(model, 410 - model.static_bytes)
+    assert program is not None and program.aux_bounds and any(program.doubles)  # the caches were filled
+    assert not (program._aux_cache or program._aux_seen or program._later_cache or program._early_last
+                or program._double_cache)
+    found = solve_program(program, 20.0)
+    assert found is not None and double_names(model, program, found.chosen)[0] == ("A", "A@recompute")
+
+
 def combos(graph: Graph) -> int:
     return len(list(itertools.islice(itertools.product(*family(graph)), MAX_COMBOS + 1)))
 

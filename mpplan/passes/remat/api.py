@@ -12,13 +12,14 @@ from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
-from mpplan.passes.remat.cutlns2 import ProgramBuild, eligible, search_lns
+from mpplan.passes.remat.cutlns2 import eligible, search_lns
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.cutsearch import search_cuts
 from mpplan.passes.remat.cutwindow import search_local
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.policies import mirror_plan, mirror_search, sqrt_checkpoints
+from mpplan.passes.remat.programbuild import ProgramBuild
 from mpplan.passes.remat.rewriting import apply_recompute, candidate_indices, repeated_op, rewrite
 from mpplan.passes.remat.rounds import fit_least_rounds, fit_rounds
 
@@ -161,7 +162,7 @@ def remat(
     ``cutsearch``, and then an LNS on the cut MILP, ``cutwindow``, use whatever they left; on a graph
     whose double-drop MILP builds in seconds, ``cutlns2.eligible``, the cuts stop short of the
     last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches; its
-    MILP is built in a thread from the first fit on, ``cutlns2.ProgramBuild``),
+    MILP is built in a thread from the first fit on, ``programbuild.ProgramBuild``),
     or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
@@ -199,45 +200,51 @@ def remat(
     lns = several and solver == "auto" and eligible(model)  # the LNS on the double-drop program, built meanwhile
     build = ProgramBuild(model, limit) if lns else None
     try:
-        fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock)
-        result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
-                         optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
-        label = fit.solver
-    except BudgetInfeasibleError as exc:
-        left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
-        least = _least_several(model, limit, policy, baseline, clock, solver, left) if several else None
-        if least is None:
-            best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
-                           note="the budget is infeasible: the least peak found")
-            raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
-        result, label = least, solver
-    took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
-    search = several and solver == "auto"  # then, in their shares and the time left, local searches on cuts
-    ends = {"rounds": 1 - LNS_SHARE} if lns else {"rounds": 1 - SEARCH_SHARE - LOCAL_SHARE, "search": 1 - LOCAL_SHARE}
-    kinds = ("cuts", "rounds", "lns") if lns else ("cuts", "rounds", "search", "local")[:4 if search else 2]
-    for kind in kinds if several else ():  # cheaper answers
-        end = clock + time_limit_s * ends.get(kind, 1)
-        left = end - time.perf_counter()
-        if left < took * {"cuts": 1, "rounds": 2}.get(kind, 0) or not result.added_cost:  # rounds fit twice
-            continue
-        beat = result.added_cost
-        if kind in ("cuts", "rounds"):
-            cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts: time to the rounds' end
-            found = (fit_cuts(model, limit, solver, min(left / 2, cap), beat=beat) if kind == "cuts"
-                     else fit_rounds(model, limit, solver, left, beat=beat))
-        else:  # the local searches start from the answer's recomputes, named by the ops they repeat
-            once = [repeated_op(op) for op in result.recompute_ops]
-            if kind in ("search", "local"):
-                found = (search_cuts if kind == "search" else search_local)(model, once, result.from_ops, limit, end)
-            else:
-                found = search_lns(graph, once, result.from_ops, limit, end, build)
-        if found is None:
-            continue
-        multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,
-                          solver=f"{label}+{kind}", note=f"{kind}; the answer before costs {beat:g}")
-        if multi.peak_bytes <= limit and multi.added_cost < result.added_cost:
-            result = multi
-    return result
+        try:
+            fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock)
+            result = _result(model, policy, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
+                             optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
+            label = fit.solver
+        except BudgetInfeasibleError as exc:
+            left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
+            least = _least_several(model, limit, policy, baseline, clock, solver, left) if several else None
+            if least is None:
+                best = _result(model, policy, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
+                               note="the budget is infeasible: the least peak found")
+                raise RematInfeasibleError(str(exc), exc.missing_bytes, best) from None
+            result, label = least, solver
+        took = time.perf_counter() - clock  # a fit's first greedy pass runs to its end: a phase needs its fits' time
+        search = several and solver == "auto"  # then, in their shares and the time left, local searches on cuts
+        ends = ({"rounds": 1 - LNS_SHARE} if lns
+                else {"rounds": 1 - SEARCH_SHARE - LOCAL_SHARE, "search": 1 - LOCAL_SHARE})
+        kinds = ("cuts", "rounds", "lns") if lns else ("cuts", "rounds", "search", "local")[:4 if search else 2]
+        for kind in kinds if several else ():  # cheaper answers
+            end = clock + time_limit_s * ends.get(kind, 1)
+            left = end - time.perf_counter()
+            if left < took * {"cuts": 1, "rounds": 2}.get(kind, 0) or not result.added_cost:  # rounds fit twice
+                continue
+            beat = result.added_cost
+            if kind in ("cuts", "rounds"):
+                cap = clock + time_limit_s * ends.get("rounds", 1) - time.perf_counter()  # cuts: to the rounds' end
+                found = (fit_cuts(model, limit, solver, min(left / 2, cap), beat=beat) if kind == "cuts"
+                         else fit_rounds(model, limit, solver, left, beat=beat))
+            else:  # the local searches start from the answer's recomputes, named by the ops they repeat
+                once = [repeated_op(op) for op in result.recompute_ops]
+                if kind in ("search", "local"):
+                    search_kind = search_cuts if kind == "search" else search_local
+                    found = search_kind(model, once, result.from_ops, limit, end)
+                else:
+                    found = search_lns(graph, once, result.from_ops, limit, end, build)
+            if found is None:
+                continue
+            multi = result_of(graph, found.names, policy, baseline, clock, from_ops=found.from_ops, budget_bytes=limit,
+                              solver=f"{label}+{kind}", note=f"{kind}; the answer before costs {beat:g}")
+            if multi.peak_bytes <= limit and multi.added_cost < result.added_cost:
+                result = multi
+        return result
+    finally:  # a build the LNS did not consume (remat raised, or skipped it) stops: it holds the GIL
+        if build is not None:
+            build.cancel()
 
 
 def _least_several(model: RematModel, limit: int, policy: str, baseline: int, clock: float, solver: str,

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TypeVar
 
 from mpplan.passes.remat.cutexact import warm_point
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
-from mpplan.passes.remat.cutsearch import with_cuts
+from mpplan.passes.remat.cutsearch import choice_cost, with_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
@@ -84,7 +84,8 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
                 continue
             found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
             found = effective_choice(model, options, found)
-            if _cost(model, found) < _cost(model, best) * (1 - 1e-12) and fits_choice(model, options, found, limit):
+            cheaper = choice_cost(model, found) < choice_cost(model, best) * (1 - 1e-12)
+            if cheaper and fits_choice(model, options, found, limit):
                 best, improved = found, True
     return best
 
@@ -108,8 +109,7 @@ def effective_choice(model: RematModel, options: list[list[CutOption]], chosen: 
 
 
 def fits_choice(model: RematModel, options: list[list[CutOption]], chosen: Mapping[int, int], limit: int) -> bool:
+    """Whether ``chosen`` (candidate -> option of ``options``) fits ``limit`` bytes (static
+    included) by ``evaluation.evaluate`` of its rewritten order: the check every LNS answer
+    passes before it is kept, since a program's answer is trusted only once measured."""
     return evaluate(with_cuts(model, options, chosen), chosen).peak <= limit
-
-
-def _cost(model: RematModel, chosen: Sequence[int] | Mapping[int, int]) -> float:
-    return sum(model.cand_cost[i] for i in chosen)

@@ -14,7 +14,7 @@ improvement: on RL250 at 0.8 the first window's gain is a trap the next ones sta
 passes repeat while one improves, until the deadline.  ``search_lns`` builds the whole
 program (past ``MAX_NONZEROS``: RL250 at 0.8 needs 2.2 million, 11 CPU s) where ``eligible``
 says it builds in seconds; ``solver: auto`` builds it in a thread while its first fit runs
-(``ProgramBuild``).
+(``programbuild.ProgramBuild``).
 
 Measured on RL250 at 0.8 (2-core EPYC, load 2-2.4), in ``solver: auto``'s last
 ``api.LNS_SHARE``, from the first fit's 6.02%: 5.02% (the LNS starting at 21-25 s, 5.02% at
@@ -28,22 +28,21 @@ and double drops whose neighbours are not recomputed; ``None`` otherwise.
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 
 from mpplan.graph import Graph
 from mpplan.passes.remat.cutexact import option_of, warm_point
 from mpplan.passes.remat.cutlns import windows
-from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
+from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, neighbours
 from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel, build_model
+from mpplan.passes.remat.programbuild import ProgramBuild
 from mpplan.passes.remat.restrict import Restriction
 
-__all__ = ["BATCH", "MAX_SPAN", "SUB_SECONDS", "WINDOW", "ProgramBuild", "choice_of", "eligible", "lns_doubles", "search_lns"]
+__all__ = ["BATCH", "MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
 
 #: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones.
 WINDOW = 30
@@ -72,46 +71,19 @@ def eligible(model: RematModel) -> bool:
     return sum(model.last[j] - model.start[j] + 1 for j, size in enumerate(model.size) if size) <= MAX_SPAN
 
 
-class ProgramBuild:
-    """The whole double-drop program of ``model`` at ``limit`` bytes (past
-    ``formulation.MAX_NONZEROS``), built in a daemon thread from construction on.
-
-    ``solver: auto`` starts it before its first fit: HiGHS releases the GIL while it solves
-    (18-19 s of RL250 at 0.8's first 20 s), so the build (9-12 s there) runs on the other
-    core in that time instead of in the LNS's share of the limit."""
-
-    def __init__(self, model: RematModel, limit: int) -> None:
-        self.model = model
-        self._program: DoubleProgram | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._build, args=(limit,), name="double-program", daemon=True)
-        self._thread.start()
-
-    def _build(self, limit: int) -> None:
-        try:
-            self._program = double_program(self.model, limit - self.model.static_bytes, max_nonzeros=sys.maxsize)
-        except BaseException as exc:  # handed to the caller of ``result``
-            self._error = exc
-
-    def result(self) -> DoubleProgram | None:
-        """The program (``None`` outside the cut model), once built: waits for the thread."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._program
-
-
 def search_lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
                deadline: float, build: ProgramBuild | None = None) -> CutFit | None:
     """``lns_doubles`` from the answer ``names`` cut at ``from_ops`` (``joint_names``' form;
     it must fit ``limit`` bytes) on ``graph``'s whole double-drop program, past
     ``formulation.MAX_NONZEROS`` when ``eligible`` (``build``'s when given: a
     ``ProgramBuild`` of ``graph``'s model at ``limit``); ``None`` when the graph is not, the
-    answer is outside the program's family, or nothing cheaper is found by ``deadline``."""
+    program is not built by ``deadline`` (the build is then cancelled), the answer is outside
+    the program's family, or nothing cheaper is found by ``deadline``."""
     model = build_model(graph) if build is None else build.model
+    assert build is None or build.limit == limit, "a build at another limit"
     if not eligible(model):
         return None
-    program = (build or ProgramBuild(model, limit)).result()
+    program = (build or ProgramBuild(model, limit)).result(deadline)
     start = None if program is None else choice_of(program, names, from_ops)
     if program is None or start is None:
         return None
@@ -174,7 +146,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
             free = todo.pop(0)
             tried.update(free)
             solves += 1
-            found = _sub_answer(restriction, base, set(free) | set(base), backend, left, sub_seconds)
+            found = _sub_answer(restriction, base, set(free) | set(base), backend, deadline, sub_seconds)
             cost = None if found is None else _measured(graph, program, found, limit)
             if found is not None and cost is not None and cost < best_cost * (1 - 1e-12):
                 best, best_cost, improved = found, cost, True
@@ -188,15 +160,19 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
     return CutFit(names, from_ops, best_cost)
 
 
-def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], backend: str, left: float,
+def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], backend: str, deadline: float,
                 sub_seconds: float) -> dict[int, int] | None:
     """The sub-MILP's answer (candidate -> option) freeing ``free`` around ``base``, within
-    ``min(sub_seconds, left)`` seconds, or ``None`` when it has none (or nothing to decide)."""
+    ``sub_seconds`` and the time to ``deadline`` left once it is built, or ``None`` when it
+    has none (or nothing to decide, or no time is left)."""
     program = restriction.program
     sub = restriction.sub_milp(base, free)
     if sub is None or not sub.cost:
         return None
     warm = restriction.restrict(sub, warm_point(program, base))
+    left = deadline - time.perf_counter()  # the build takes time too
+    if left <= 0:
+        return None
     _, solved, _, _ = solve_arrays(sub, backend, min(sub_seconds, left), warm)
     if solved is None:
         return None

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 from dataclasses import dataclass
 
 from mpplan.graph import Graph
@@ -100,10 +101,11 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
 
 class CutProgram(SparseMilp):
     """The MILP's columns and rows (CSR), built once for one budget; mutable only while
-    ``__init__`` builds it.  ``too_large`` when it would outgrow ``max_nonzeros``."""
+    ``__init__`` builds it.  ``too_large`` when it would outgrow ``max_nonzeros``, or when
+    ``stop`` is set while it builds (a build in a thread that is cancelled, ``programbuild``)."""
 
     def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int,
-                 max_nonzeros: int = MAX_NONZEROS) -> None:
+                 max_nonzeros: int = MAX_NONZEROS, stop: threading.Event | None = None) -> None:
         super().__init__()
         self.max_nonzeros = max_nonzeros
         self.model, self.options = model, options
@@ -125,7 +127,14 @@ class CutProgram(SparseMilp):
             return
         self.z_cols = [[self._column(0.0) for _ in a] for a in self.anchors]
         self._anchor_rows()
-        self._memory_rows()
+        self._memory_rows(stop)
+        self.built()
+
+    def built(self) -> None:
+        """``SparseMilp.built``, and the build's own caches: ``_later``'s and the options' early uses."""
+        super().built()
+        self._later_cache.clear()
+        self._early_last.clear()
 
     def _column(self, cost: float, integer: bool = False) -> int:
         return self.column(cost, 0.0, 1.0, integer)
@@ -212,7 +221,9 @@ class CutProgram(SparseMilp):
         i = model.producer[j]
         return (i < 0 or not options[i]) and not any(options[h] for h in model.readers[j])
 
-    def _memory_rows(self) -> None:
+    def _memory_rows(self, stop: threading.Event | None) -> None:
+        """One row a step where what it may hold can pass the budget; stops (``too_large``)
+        past ``max_nonzeros`` or once ``stop`` is set."""
         model = self.model
         fixed, born = [0] * (model.num_ops + 1), [0] * model.num_ops  # fixed bytes per op; those first used there
         live: list[list[int]] = [[] for _ in range(model.num_ops)]  # per op, the other storages its steps may hold
@@ -252,7 +263,7 @@ class CutProgram(SparseMilp):
                 big = upper - self.limit
                 terms = add_scaled(terms, runs, scale=big)
             self.row(terms, -INF, self.limit + big - const)
-            if len(self.values_nz) > self.max_nonzeros:
+            if len(self.values_nz) > self.max_nonzeros or (stop is not None and stop.is_set()):
                 self.too_large = True
                 return
 

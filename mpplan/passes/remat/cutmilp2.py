@@ -33,6 +33,7 @@ brute force over the same family on tiny graphs; ``cutexact.solve_program`` solv
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram, cut_options
@@ -85,7 +86,7 @@ class DoubleProgram(CutProgram):
     one-drop options and then, from ``singles[i]`` on, one per ``doubles[i]`` entry."""
 
     def __init__(self, model: RematModel, options: list[list[CutOption]], dyn_budget: int,
-                 max_nonzeros: int = MAX_NONZEROS) -> None:
+                 max_nonzeros: int = MAX_NONZEROS, stop: threading.Event | None = None) -> None:
         self.doubles = doubles_of(model, options)
         self.singles = [len(o) for o in options]
         n = len(options)
@@ -94,7 +95,8 @@ class DoubleProgram(CutProgram):
         self.second_index = {key: n + k for k, key in enumerate(self.seconds)}
         self._double_cache: dict[int, list[tuple[int, Double]]] = {}  # _double_cols, read per step
         super().__init__(model, [o + [o[d.first] for d in ds] for o, ds in zip(options, self.doubles)], dyn_budget,
-                         max_nonzeros)
+                         max_nonzeros, stop)
+        self._double_cache.clear()  # read only by the memory rows, built by now
         if self.too_large:
             return
         for i, ds in enumerate(self.doubles):
@@ -163,12 +165,14 @@ def double_names(model: RematModel, program: DoubleProgram,
     return joint_names(drops, names, from_ops)
 
 
-def double_program(model: RematModel, dyn_budget: int, max_nonzeros: int = MAX_NONZEROS) -> DoubleProgram | None:
-    """The program for ``model`` at ``dyn_budget``, or ``None`` outside the cut model or past
-    ``max_nonzeros`` (RL250 at 0.8 needs about 2.1 times ``cutmilp``'s 1.0 million)."""
+def double_program(model: RematModel, dyn_budget: int, max_nonzeros: int = MAX_NONZEROS,
+                   stop: threading.Event | None = None) -> DoubleProgram | None:
+    """The program for ``model`` at ``dyn_budget``, or ``None`` outside the cut model, past
+    ``max_nonzeros`` (RL250 at 0.8 needs about 2.1 times ``cutmilp``'s 1.0 million) or
+    when ``stop`` is set while it builds (``programbuild.ProgramBuild.cancel``)."""
     options = cut_options(model)
     if options is None:
         return None
-    program = DoubleProgram(model, options, dyn_budget, max_nonzeros)
+    program = DoubleProgram(model, options, dyn_budget, max_nonzeros, stop)
     return None if program.too_large else program
 

@@ -91,7 +91,9 @@ def search_multi(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str]
     """A cheaper answer than ``names`` (cut at ``from_ops``; it must fit ``limit`` bytes)
     with double drops, found by ``deadline`` (``time.perf_counter()``); ``None`` when none
     is found, when ``names`` are neither one round's recomputes nor of ``joint_names``' form,
-    or when the graph is outside the cut model (module docstring)."""
+    or when the graph is outside the cut model (module docstring).  The library no longer
+    calls it (``cutlns2``'s LNS took its place in ``remat``): it is kept as the benchmark's
+    baseline (``scripts/bench_remat_moccasin.py --multi``, ``scripts/probe_remat_doubles.py``)."""
     start = parse_answer(graph, names, from_ops)
     if start is None:
         return None

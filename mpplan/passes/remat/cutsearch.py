@@ -32,7 +32,8 @@ from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import RematModel, storage_index
 
-__all__ = ["OVERSPEND", "TOP_MOVES", "Improve", "improve_answer", "improve_cuts", "search_cuts", "with_cuts"]
+__all__ = ["OVERSPEND", "TOP_MOVES", "Improve", "choice_cost", "improve_answer", "improve_cuts", "search_cuts",
+           "with_cuts"]
 
 #: Per repair step: how many moves (by estimated gain per cost) are scored exactly, at
 #: first; four times more each time a pass over every ruin finds nothing.
@@ -88,8 +89,8 @@ def improve_cuts(model: RematModel, options: list[list[CutOption]], start: Mappi
             if ruined in failed:
                 continue
             trial = {c: k for c, k in best.items() if c not in ruined}
-            found = search.repair(trial, OVERSPEND * _cost(model, ruined), ruined, top)
-            if found is not None and _cost(model, found) < _cost(model, best):
+            found = search.repair(trial, OVERSPEND * choice_cost(model, ruined), ruined, top)
+            if found is not None and choice_cost(model, found) < choice_cost(model, best):
                 best, improved = found, True
                 break
             failed.add(ruined)
@@ -104,12 +105,12 @@ def _ruins(model: RematModel, chosen: Mapping[int, int]) -> Iterator[tuple[int, 
     """The recomputes to drop: one, then two at a time, most expensive first."""
     order = sorted(chosen, key=lambda c: (-model.cand_cost[c], c))
     for size in (1, 2):
-        yield from sorted(itertools.combinations(order, size), key=lambda p: -_cost(model, p))
+        yield from sorted(itertools.combinations(order, size), key=lambda p: -choice_cost(model, p))
 
 
-def _cost(model: RematModel, candidates: Iterable[int]) -> float:
+def choice_cost(model: RematModel, candidates: Iterable[int]) -> float:
     """The added cost of recomputing ``candidates`` (a choice's keys): the one sum every
-    comparison of choices uses."""
+    comparison of choices uses (here, ``cutlns`` and ``cutwindow``)."""
     return sum(model.cand_cost[i] for i in candidates)
 
 
@@ -222,8 +223,8 @@ def improve_answer(model: RematModel, names: Sequence[str], from_ops: Mapping[st
     if options is None or start is None:
         return None
     found = improve(model, options, start, limit, deadline)
-    cost = _cost(model, found)
-    if cost >= _cost(model, start):
+    cost = choice_cost(model, found)
+    if cost >= choice_cost(model, start):
         return None
     found_names, found_from = choice_names(model, found)
     return CutFit(found_names, found_from, cost)

@@ -33,7 +33,7 @@ from mpplan.passes.remat.cutexact import warm_point
 from mpplan.passes.remat.cutlns import effective_choice, fits_choice, windows
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
 from mpplan.passes.remat.cuts import CutFit
-from mpplan.passes.remat.cutsearch import improve_answer
+from mpplan.passes.remat.cutsearch import choice_cost, improve_answer
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
 
@@ -78,7 +78,8 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
                 continue
             found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
             found = effective_choice(model, options, found)
-            if _cost(model, found) < _cost(model, best) * (1 - 1e-12) and fits_choice(model, options, found, limit):
+            cheaper = choice_cost(model, found) < choice_cost(model, best) * (1 - 1e-12)
+            if cheaper and fits_choice(model, options, found, limit):
                 best, improved = found, True
                 break
     return best
@@ -105,7 +106,3 @@ def search_local(model: RematModel, names: Sequence[str], from_ops: Mapping[str,
     rule's split) as a ``CutFit`` of ``model`` when it is cheaper; ``None`` when it is not, or
     the answer or the graph lies outside the cut options (``cutsearch.search_cuts``' contract)."""
     return improve_answer(model, names, from_ops, limit, deadline, lns_local)
-
-
-def _cost(model: RematModel, chosen: Mapping[int, int]) -> float:
-    return sum(model.cand_cost[i] for i in chosen)

@@ -107,6 +107,7 @@ class Formulation(SparseMilp):
         self.limit = INF if dyn_budget is None else (dyn_budget + 0.5) / self.unit
         self._anchor_rows()
         self._memory_rows()
+        self.built()
 
     # -- building blocks
 

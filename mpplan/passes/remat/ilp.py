@@ -137,16 +137,21 @@ def solve_arrays(
 ) -> tuple[str, list[float] | None, float | None, float | None]:
     """Minimise ``f`` with ``backend`` (``available_backend``'s answer): status (``optimal``,
     ``time_limit``, ``infeasible`` or ``error``), column values, objective and proved bound.
-    A warm-started HiGHS answer whose values do not make its objective is solved again cold:
-    HiGHS 1.16 can hand back the start's values with the optimum's objective
-    (``tests/test_remat_cutwindow.py``: a three-candidate graph)."""
+    A warm-started HiGHS answer whose values do not make its objective is solved again cold
+    in the time left of ``time_limit_s``: HiGHS 1.16 can hand back the start's values with the
+    optimum's objective (``tests/test_remat_cutwindow.py``: a three-candidate graph); with no
+    time left, those values are the answer, ``time_limit`` with the objective they make."""
     if backend != "highs":
         return _solve_scipy(f, time_limit_s, warm)
+    clock = time.perf_counter()
     found = _solve_highspy(f, time_limit_s, warm)
-    _, x, objective, _ = found
-    if warm is not None and x is not None and objective is not None and not _makes(f, x, objective):
-        return _solve_highspy(f, time_limit_s, None)
-    return found
+    _, x, objective, bound = found
+    if warm is None or x is None or objective is None or _makes(f, x, objective):
+        return found
+    left = time_limit_s - (time.perf_counter() - clock)
+    if left <= 0:
+        return "time_limit", x, sum(map(operator.mul, f.cost, x)), bound
+    return _solve_highspy(f, left, None)
 
 
 def _makes(f: MilpArrays, x: list[float], objective: float) -> bool:
