@@ -27,7 +27,7 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
 from mpplan.passes.remat import RematInfeasibleError, api, apply_recompute, build_model, cutlns2, programbuild, remat
 from mpplan.passes.remat.api import LNS_SHARE, result_of
-from mpplan.passes.remat.cutlns2 import SUB_SECONDS, choice_of, eligible, lns_doubles, search_lns
+from mpplan.passes.remat.cutlns2 import SUB_SECONDS, build_seconds, choice_of, eligible, lns_doubles, search_lns
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
 from mpplan.passes.remat.cutsearch import with_cuts
@@ -206,6 +206,28 @@ def test_remat_that_raises_stops_its_build(monkeypatch) -> None:
     with pytest.raises(RematInfeasibleError):
         remat(graph, "budget", budget=200, time_limit_s=1.0)
     assert finished.wait(10.0) and len(seen) == 1 and seen[0].is_set()
+
+
+def test_a_build_that_cannot_end_before_the_lns_share_is_not_started(monkeypatch) -> None:
+    """With a limit too short for the build to end before the LNS's share, ``remat`` starts no
+    build (it would hold the GIL beside the fits) and runs the cut searches instead; a little
+    longer, and it does."""
+    graph = twice_read()
+    model = build_model(graph)
+    limit_s = 3.0
+    span = build_seconds(model) / cutlns2.SECONDS_PER_SPAN
+    started: list[int] = []
+
+    def recorded(model: RematModel, limit: int) -> ProgramBuild:
+        started.append(limit)
+        return ProgramBuild(model, limit)
+
+    monkeypatch.setattr(api, "ProgramBuild", recorded)
+    for scale, builds in ((1.01, 0), (0.99, 1)):
+        monkeypatch.setattr(cutlns2, "SECONDS_PER_SPAN", scale * (1 - LNS_SHARE) * limit_s / span)
+        r = remat(graph, "budget", budget=410, time_limit_s=limit_s)
+        assert len(started) == builds and r.peak_bytes <= 410
+        verify(graph, planned_with(graph, r))
 
 
 def test_search_lns_refuses_a_build_at_another_limit() -> None:

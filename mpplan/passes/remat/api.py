@@ -12,7 +12,7 @@ from mpplan import sim
 from mpplan.errors import ConfigError, InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat.budget import SOLVERS, BudgetInfeasibleError, fit_budget
-from mpplan.passes.remat.cutlns2 import eligible, search_lns
+from mpplan.passes.remat.cutlns2 import build_seconds, eligible, search_lns
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.cutsearch import search_cuts
 from mpplan.passes.remat.cutwindow import search_local
@@ -162,7 +162,8 @@ def remat(
     ``cutsearch``, and then an LNS on the cut MILP, ``cutwindow``, use whatever they left; on a graph
     whose double-drop MILP builds in seconds, ``cutlns2.eligible``, the cuts stop short of the
     last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches; its
-    MILP is built in a thread from the first fit on, ``programbuild.ProgramBuild``),
+    MILP is built in a thread from the first fit on, ``programbuild.ProgramBuild``, when
+    ``cutlns2.build_seconds`` says the build ends before that share),
     or step in when one round at the
     rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
@@ -197,7 +198,10 @@ def remat(
         return _unchanged(graph, policy, baseline, clock, budget_bytes=limit, solver="none", optimal=True, bound=0.0,
                           gap=0.0, note="the graph fits without recomputation")
     several = rounds and not model.training  # recompute a tensor more than once: cuts, then rounds
-    lns = several and solver == "auto" and eligible(model)  # the LNS on the double-drop program, built meanwhile
+    # The LNS on the double-drop program, built meanwhile: only when the build can end before the LNS's share (a
+    # build still running holds the GIL beside the fits; on RL250 at 0.8 a 3 s limit took 10 s with it, 5 s without)
+    lns = (several and solver == "auto" and eligible(model)
+           and build_seconds(model) <= (1 - LNS_SHARE) * time_limit_s)
     build = ProgramBuild(model, limit) if lns else None
     try:
         try:

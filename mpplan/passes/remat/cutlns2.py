@@ -42,7 +42,8 @@ from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.programbuild import ProgramBuild
 from mpplan.passes.remat.restrict import Restriction
 
-__all__ = ["BATCH", "MAX_SPAN", "SUB_SECONDS", "WINDOW", "choice_of", "eligible", "lns_doubles", "search_lns"]
+__all__ = ["BATCH", "MAX_SPAN", "SECONDS_PER_SPAN", "SUB_SECONDS", "WINDOW", "build_seconds", "choice_of", "eligible",
+           "lns_doubles", "search_lns"]
 
 #: Candidates (consecutive in op order) a neighbourhood frees besides the chosen ones.
 WINDOW = 30
@@ -64,11 +65,25 @@ SUB_SECONDS = 8.0
 MAX_SPAN = 15_000
 
 
+#: Seconds of build per storage-step (``build_seconds``): RL250's 11,069 in 11 CPU s.
+SECONDS_PER_SPAN = 1e-3
+
+
 def eligible(model: RematModel) -> bool:
     """Whether ``model``'s double-drop program is small enough to build in seconds: the
     steps its stored tensors are live, summed, at most ``MAX_SPAN`` (the program's memory
     rows hold a term per such step and version)."""
-    return sum(model.last[j] - model.start[j] + 1 for j, size in enumerate(model.size) if size) <= MAX_SPAN
+    return _span(model) <= MAX_SPAN
+
+
+def build_seconds(model: RematModel) -> float:
+    """About how long ``model``'s double-drop program takes to build on a 2-core EPYC, from
+    its storage-steps: ``remat`` starts the build only when it can end before the LNS's share."""
+    return _span(model) * SECONDS_PER_SPAN
+
+
+def _span(model: RematModel) -> int:
+    return sum(model.last[j] - model.start[j] + 1 for j, size in enumerate(model.size) if size)
 
 
 def search_lns(graph: Graph, names: Sequence[str], from_ops: Mapping[str, str], limit: int,
