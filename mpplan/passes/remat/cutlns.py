@@ -33,7 +33,8 @@ from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
 
-__all__ = ["SUB_SECONDS", "WINDOW", "effective_choice", "fits_choice", "fixed_columns", "lns_cuts", "windows"]
+__all__ = ["SUB_SECONDS", "WINDOW", "cheaper_fit", "effective_choice", "fits_choice", "fixed_columns", "lns_cuts",
+           "windows"]
 
 #: A cut program or one of its extensions (``cutmilp2.DoubleProgram``).
 P = TypeVar("P", bound=CutProgram)
@@ -80,12 +81,8 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
                 return best
             arrays = fixed_columns(program, best, set(free) | set(best))
             _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
-            if x is None:
-                continue
-            found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
-            found = effective_choice(model, options, found)
-            cheaper = choice_cost(model, found) < choice_cost(model, best) * (1 - 1e-12)
-            if cheaper and fits_choice(model, options, found, limit):
+            found = None if x is None else cheaper_fit(model, options, program, x, best, limit)
+            if found is not None:
                 best, improved = found, True
     return best
 
@@ -113,3 +110,13 @@ def fits_choice(model: RematModel, options: list[list[CutOption]], chosen: Mappi
     included) by ``evaluation.evaluate`` of its rewritten order: the check every LNS answer
     passes before it is kept, since a program's answer is trusted only once measured."""
     return evaluate(with_cuts(model, options, chosen), chosen).peak <= limit
+
+
+def cheaper_fit(model: RematModel, options: list[list[CutOption]], program: CutProgram, x: list[float],
+                best: Mapping[int, int], limit: int) -> dict[int, int] | None:
+    """The choice a solve ``x`` of ``program``'s columns makes, less what no late use needs,
+    when it costs less than ``best`` and ``fits_choice``; else ``None``."""
+    found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
+    found = effective_choice(model, options, found)
+    cheaper = choice_cost(model, found) < choice_cost(model, best) * (1 - 1e-12)
+    return found if cheaper and fits_choice(model, options, found, limit) else None

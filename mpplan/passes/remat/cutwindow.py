@@ -30,10 +30,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from mpplan.passes.remat.cutexact import warm_point
-from mpplan.passes.remat.cutlns import effective_choice, fits_choice, windows
+from mpplan.passes.remat.cutlns import cheaper_fit, effective_choice, windows
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
 from mpplan.passes.remat.cuts import CutFit
-from mpplan.passes.remat.cutsearch import choice_cost, improve_answer
+from mpplan.passes.remat.cutsearch import improve_answer
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import RematModel
 
@@ -74,12 +74,8 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
             if program.too_large or left <= 0:
                 continue
             _, x, _, _ = solve_arrays(program, backend, min(sub_seconds, left), warm_point(program, best))
-            if x is None:
-                continue
-            found = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
-            found = effective_choice(model, options, found)
-            cheaper = choice_cost(model, found) < choice_cost(model, best) * (1 - 1e-12)
-            if cheaper and fits_choice(model, options, found, limit):
+            found = None if x is None else cheaper_fit(model, options, program, x, best, limit)
+            if found is not None:
                 best, improved = found, True
                 break
     return best
