@@ -20,7 +20,7 @@ Memory semantics (DESIGN.md):
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
@@ -121,6 +121,7 @@ class Topology:
 
 _NAME, _NBYTES, _KIND = attrgetter("name"), attrgetter("nbytes"), attrgetter("kind")
 _ALIAS_OF, _GRAD_OF = attrgetter("alias_of"), attrgetter("grad_of")
+_BACKWARD_OF, _RECOMPUTE_OF = attrgetter("backward_of"), attrgetter("recompute_of")
 _STR_ONLY = frozenset({str})
 
 
@@ -170,6 +171,19 @@ class Graph:
         return hash_v1(self)
 
 
+def _check_op_links(ops: tuple[Op, ...], op_index: Mapping[str, int]) -> None:
+    """Each op's ``backward_of`` and ``recompute_of`` names an op of the graph: the runtime looks both up, and a
+    dangling link would fail there, far from the file that made it."""
+    linked = set(map(_BACKWARD_OF, ops)) | set(map(_RECOMPUTE_OF, ops))
+    linked.discard(None)
+    if linked <= op_index.keys():  # the common case in C; the loop names the first culprit
+        return
+    for op in ops:
+        for field, name in (("backward_of", op.backward_of), ("recompute_of", op.recompute_of)):
+            if name is not None and name not in op_index:
+                raise GraphError(f"op {op.name!r}: {field} names unknown op {name!r}")
+
+
 def _build_topology(graph: Graph) -> Topology:
     tensors = graph.tensors
     tensor_index = _unique_index(list(map(_NAME, tensors)), "tensor")
@@ -206,6 +220,7 @@ def _build_topology(graph: Graph) -> Topology:
     except KeyError:
         op_inputs = tuple(ids(o, o.inputs, "input") for o in graph.ops)
         op_outputs = tuple(ids(o, o.outputs, "output") for o in graph.ops)
+    _check_op_links(graph.ops, op_index)
     producer = _producers(graph, op_inputs, op_outputs, len(graph.tensors))
     for i, t in enumerate(graph.tensors):
         if producer[i] < 0 and t.alias_of is None and t.kind not in SOURCE_KINDS:

@@ -119,6 +119,20 @@ def test_a_valid_graph_validates_to_itself():
         ),
         pytest.param(
             [X, Tensor("a", 4)],
+            [Op("A", "f", ("x",), ("a",), backward_of="nope")],
+            [],
+            "op 'A': backward_of names unknown op 'nope'",
+            id="unknown-backward-of",
+        ),
+        pytest.param(
+            [X, Tensor("a", 4)],
+            [Op("A", "f", ("x",), ("a",), recompute_of="nope")],
+            [],
+            "op 'A': recompute_of names unknown op 'nope'",
+            id="unknown-recompute-of",
+        ),
+        pytest.param(
+            [X, Tensor("a", 4)],
             [],
             [],
             "tensor 'a': produced by no op and not declared input, param or optimizer_state",

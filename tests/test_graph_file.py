@@ -485,6 +485,11 @@ OK_TENSORS = "tensors: {x: {bytes: 4, kind: input}, h: {bytes: 4}}\n"
             "graph output 'zz' is not a known tensor",
             id="validation-unknown-output",
         ),
+        pytest.param(
+            OK_TENSORS + "ops:\n  - {name: a, type: A, inputs: [x], outputs: [h], recompute_of: nope}\n",
+            "op 'a': recompute_of names unknown op 'nope'",
+            id="validation-unknown-recompute-of",
+        ),
     ],
 )
 def test_errors_are_one_line_naming_file_and_field(tmp_path, text, message):

@@ -109,11 +109,18 @@ def _one_op_plan(graph: Graph) -> Plan:
      "graph: output 'ghost' is an unknown tensor"),
     ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8, Kind.GRAD, grad_of="ghost")), Op("f", "f", ("x",), ("y",)), ("y",),
      "tensor 'y': the gradient of unknown tensor 'ghost'"),
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8, grad_of="ghost")), Op("f", "f", ("x",), ("y",)), ("y",),
+     "tensor 'y': the gradient of unknown tensor 'ghost'"),
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8)), Op("f", "f", ("x",), ("y",), backward_of="ghost"), ("y",),
+     "op 'f': backward_of names unknown op 'ghost'"),
+    ((Tensor("x", 8, Kind.INPUT), Tensor("y", 8)), Op("f", "f", ("x",), ("y",), recompute_of="ghost"), ("y",),
+     "op 'f': recompute_of names unknown op 'ghost'"),
 ])
 def test_an_unvalidated_graph_naming_no_tensor_is_refused(
         tensors: tuple[Tensor, ...], op: Op, outputs: tuple[str, ...], refused: str) -> None:
-    """An op's input or output, a graph output or a gradient's tensor that the graph does not have is a
-    ``VerificationError`` naming it, not a bare ``KeyError`` (or, for the gradient, a plan passed)."""
+    """An op's input or output, a graph output, a gradient's tensor (of any kind), or an op that ``backward_of``
+    or ``recompute_of`` links, that the graph does not have is a ``VerificationError`` naming it, not a bare
+    ``KeyError`` (or, for the gradient and the links, a plan passed)."""
     graph = Graph("g", tensors, (op,), outputs)
     with pytest.raises(VerificationError) as refusal:
         verify(graph, _one_op_plan(graph))

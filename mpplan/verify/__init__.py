@@ -31,7 +31,7 @@ from itertools import compress, filterfalse, repeat
 from operator import attrgetter, is_, is_not
 
 from mpplan.errors import MpplanError, VerificationError
-from mpplan.graph import Graph, Kind, Tensor
+from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.graph_hash import graph_hash_like, hash_matches
 from mpplan.plan import Copy, DevicePlan, Plan
 from mpplan.units import format_size
@@ -47,6 +47,7 @@ __all__ = ["TRUSTED_FIELDS", "Truth", "VerifyReport", "truth_from_config", "trut
 _ALWAYS_STATIC = (Kind.INPUT, Kind.PARAM, Kind.OPTIMIZER_STATE)
 _NAME, _NBYTES = attrgetter("name"), attrgetter("nbytes")
 _ALIAS_OF, _GRAD_OF = attrgetter("alias_of"), attrgetter("grad_of")
+_BACKWARD_OF, _RECOMPUTE_OF = attrgetter("backward_of"), attrgetter("recompute_of")
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,15 +311,15 @@ def _check_names(graph: Graph, names: list[str], index: dict[str, int]) -> dict[
     tensors of it (an unvalidated graph may break either); the graph's tensors by kind."""
     if len(index) != len(names):
         _fail(f"graph: tensor {_repeated(names)!r} is given twice")
-    kinds = _by_kind(graph)
-    _check_named_tensors(graph.outputs, kinds[Kind.GRAD], index)
-    return kinds
+    _check_named_tensors(graph.outputs, graph.tensors, index)
+    _check_op_links(graph.ops)
+    return _by_kind(graph)
 
 
-def _check_named_tensors(outputs: Sequence[str], grads: Sequence[Tensor], index: dict[str, int]) -> None:
-    """The graph's outputs and the tensors its gradients are of are tensors of the graph (an unvalidated graph
-    may name others; op inputs and outputs are proven where they are numbered, ``replay.op_numbers``)."""
-    named = set(map(_GRAD_OF, grads))
+def _check_named_tensors(outputs: Sequence[str], tensors: Sequence[Tensor], index: dict[str, int]) -> None:
+    """The graph's outputs and the tensors its tensors are gradients of are tensors of the graph (an unvalidated
+    graph may name others; op inputs and outputs are proven where they are numbered, ``replay.op_numbers``)."""
+    named = set(map(_GRAD_OF, tensors))
     named.discard(None)
     named.update(outputs)
     if index.keys() >= named:  # looks up each named tensor, in C
@@ -326,9 +327,23 @@ def _check_named_tensors(outputs: Sequence[str], grads: Sequence[Tensor], index:
     for name in outputs:
         if name not in index:
             _fail(f"graph: output {name!r} is an unknown tensor")
-    for t in grads:
+    for t in tensors:
         if t.grad_of is not None and t.grad_of not in index:
             _fail(f"tensor {t.name!r}: the gradient of unknown tensor {t.grad_of!r}")
+
+
+def _check_op_links(ops: Sequence[Op]) -> None:
+    """Each op's ``backward_of`` and ``recompute_of`` names an op of the graph (an unvalidated graph may name
+    others; the executor looks both up)."""
+    known = set(map(_NAME, ops))
+    links = set(map(_BACKWARD_OF, ops)) | set(map(_RECOMPUTE_OF, ops))
+    links.discard(None)
+    if links <= known:  # the common case in C; the loop names the first culprit
+        return
+    for op in ops:
+        for field, name in (("backward_of", op.backward_of), ("recompute_of", op.recompute_of)):
+            if name is not None and name not in known:
+                _fail(f"op {op.name!r}: {field} names unknown op {name!r}")
 
 
 def _repeated(names: Sequence[str]) -> str:
