@@ -23,7 +23,8 @@ without ``bytes`` takes ``prod(shape) * width(dtype)``, except a view
 (``alias_of``), which takes 0: a view allocates nothing, its storage is its base's,
 and 0 is what a view's ``nbytes`` reads back as.  Op fields: ``name``, ``type``,
 ``inputs``, ``outputs``, ``cost`` (a non-negative number, default 0), ``device``,
-``backward_of``, ``module``, ``stage``, ``recompute_of``.  ``null`` means absent.
+``backward_of``, ``module``, ``stage``, ``recompute_of`` (``backward_of`` and
+``recompute_of`` name ops of the graph).  ``null`` means absent.
 
 The same fields may come as columns, one list per field (``layout: columns``; see
 ``mpplan.capture.graph_columns``): ``tensors`` maps ``name`` and each tensor field to a

@@ -307,8 +307,9 @@ def _check_before_rewrite(graph: Graph, names: list[str], index: dict[str, int])
 
 
 def _check_names(graph: Graph, names: list[str], index: dict[str, int]) -> dict[Kind, list[Tensor]]:
-    """Each tensor name is one tensor's, and the graph's outputs and the tensors its gradients are of are
-    tensors of it (an unvalidated graph may break either); the graph's tensors by kind."""
+    """Each tensor name is one tensor's, the graph's outputs and the tensors its tensors are gradients of are
+    tensors of it, and the ops its ops link to are ops of it (an unvalidated graph may break each); the graph's
+    tensors by kind."""
     if len(index) != len(names):
         _fail(f"graph: tensor {_repeated(names)!r} is given twice")
     _check_named_tensors(graph.outputs, graph.tensors, index)
