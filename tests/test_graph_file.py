@@ -157,7 +157,8 @@ def sized(draw, name: str, kind: Kind, alias_of: str | None = None, grad_of: str
 
 @st.composite
 def graphs(draw) -> Graph:
-    """Small valid graphs: sources, views, in-place ops, every kind and optional field."""
+    """Small valid graphs: sources, views, in-place ops, every kind and optional field (an op's links name an
+    earlier op)."""
     names = iter(draw(st.lists(NAME, min_size=24, max_size=24, unique=True)))
     tensors: list[Tensor] = []
     available: list[str] = []
@@ -187,6 +188,7 @@ def graphs(draw) -> Graph:
         if inputs and draw(st.booleans()):
             outputs.insert(draw(st.integers(0, len(outputs))), draw(st.sampled_from(inputs)))  # in place
         cost = draw(st.one_of(st.just(0.0), st.floats(0, 1e12, allow_nan=False), st.integers(0, 10**6).map(float)))
+        earlier = st.one_of(st.none(), st.sampled_from([o.name for o in ops])) if ops else st.none()
         ops.append(
             Op(
                 next(names),
@@ -195,10 +197,10 @@ def graphs(draw) -> Graph:
                 tuple(outputs),
                 cost,
                 device=draw(OPTIONAL_TEXT),
-                backward_of=draw(OPTIONAL_TEXT),
+                backward_of=draw(earlier),
                 module=draw(OPTIONAL_TEXT),
                 stage=draw(OPTIONAL_TEXT),
-                recompute_of=draw(OPTIONAL_TEXT),
+                recompute_of=draw(earlier),
             )
         )
         available += [o for o in outputs if o not in available]
