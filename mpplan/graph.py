@@ -505,6 +505,8 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
                     f"op {op.name!r}: reordered keeps each op's name, inputs and outputs; {old.name!r} differs"
                 )
     new = Graph(graph.name, graph.tensors, tuple(ops), graph.outputs)
+    op_index = dict(zip([op.name for op in new.ops], range(len(order))))
+    _check_op_links(new.ops, op_index)  # the ops may carry other links than the ones they replace
     position = [0] * len(order)
     for i, k in enumerate(order):
         position[k] = i
@@ -527,7 +529,7 @@ def reordered(graph: Graph, order: Sequence[int], ops: Sequence[Op]) -> Graph:
             succs[p].append(i)
     new.__dict__["topology"] = Topology(  # where the cached property keeps what ``topology`` would return
         tensor_index=topo.tensor_index,
-        op_index=dict(zip([op.name for op in new.ops], range(len(order)))),
+        op_index=op_index,
         storage_of=topo.storage_of,
         nbytes=topo.nbytes,
         is_static=topo.is_static,

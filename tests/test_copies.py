@@ -64,7 +64,9 @@ def test_renumbered_dependencies_are_the_derived_ones_or_none(graph: Graph, rng:
         assert renumbered is not None  # the shortcut is taken where it can be
 
 
-def test_reordered_rejects_an_order_that_breaks_a_dependency() -> None:
+def test_reordered_rejects_what_validate_would() -> None:
+    """An order that breaks a dependency, an op listed twice, an op that is not the one it replaces, and a link
+    to no op of the graph."""
     graph = chain(3)
     with pytest.raises(GraphError, match="op 'op2': listed before op 'op1' it depends on"):
         reordered(graph, [0, 2, 1], [graph.ops[k] for k in (0, 2, 1)])
@@ -72,6 +74,8 @@ def test_reordered_rejects_an_order_that_breaks_a_dependency() -> None:
         reordered(graph, [0, 1, 1], [graph.ops[k] for k in (0, 1, 1)])
     with pytest.raises(ValueError, match="keeps each op's name, inputs and outputs"):
         reordered(graph, [0, 1, 2], [graph.ops[0], graph.ops[1], Op("other", "f", ("t1",), ("t2",))])
+    with pytest.raises(GraphError, match="op 'op2': recompute_of names unknown op 'nope'"):
+        reordered(graph, [0, 1, 2], [*graph.ops[:2], dataclasses.replace(graph.ops[2], recompute_of="nope")])
 
 
 def test_one_device_marks_each_op_and_copies_nothing() -> None:
