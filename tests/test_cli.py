@@ -284,12 +284,14 @@ def test_plan_with_remat_records_the_recomputes_and_verifies(capsys, tmp_path):
     assert code == 0 and "ok" in out, err
 
 
-def test_bad_remat_budget_is_one_line(capsys, tmp_path):
+@pytest.mark.parametrize("policy", ["budget", "none", "sqrt"])
+def test_bad_remat_budget_is_one_line(capsys, tmp_path, policy):
+    """Under any policy: a typo'd budget is bad input even while the policy leaves it unused."""
     config = write_config(
         tmp_path,
-        """
-        model: {synthetic: {kind: chain, n: 5}}
-        planner: {remat: {policy: budget, budget: lots}}
+        f"""
+        model: {{synthetic: {{kind: chain, n: 5}}}}
+        planner: {{remat: {{policy: {policy}, budget: lots}}}}
         """,
     )
     code, _, err = run(capsys, "plan", str(config))

@@ -175,9 +175,11 @@ def _check_model(config: Config, source: str) -> None:
 
 
 def _check_remat(remat: RematSection, source: str) -> None:
-    if remat.policy == "budget":
-        if remat.budget is None:
-            raise ConfigError(f"{source}: planner.remat.budget: budget needs bytes (16GiB) or a fraction (0.8)")
+    """A set budget is checked under every policy: a typo there would otherwise pass until the
+    policy becomes ``budget`` (a search axis, or the user's next edit)."""
+    if remat.policy == "budget" and remat.budget is None:
+        raise ConfigError(f"{source}: planner.remat.budget: budget needs bytes (16GiB) or a fraction (0.8)")
+    if remat.budget is not None:
         try:
             if capacity_fraction(remat.budget) is None:
                 parse_budget(remat.budget)

@@ -20,7 +20,7 @@ def complete(graph: Graph, order: Sequence[int], anchors: Mapping[int, str]) -> 
     by_name = topo.op_index
     for k, op in enumerate(graph.ops):
         origin = op.backward_of if op.backward_of is not None else op.recompute_of
-        if k not in label and origin in by_name and by_name[origin] in label:
+        if k not in label and origin is not None and by_name[origin] in label:  # a graph's links name its ops
             label[k] = label[by_name[origin]]
     user_label: dict[int, str] = {}  # storage -> label of its first placed reader that does not write it
     for k in order:
