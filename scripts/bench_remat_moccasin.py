@@ -39,7 +39,7 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat import apply_recompute, build_model, remat
-from mpplan.passes.remat.api import RematResult
+from mpplan.passes.remat.result import RematResult
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts
 from mpplan.passes.remat.cutlns import lns_cuts
 from mpplan.passes.remat.cutlns2 import choice_of, lns_doubles

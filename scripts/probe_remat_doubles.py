@@ -29,7 +29,7 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.config import Device
 from mpplan.graph import Graph
 from mpplan.passes.remat import apply_recompute, build_model, remat
-from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutexact import option_of, solve_program
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import search_multi

@@ -23,7 +23,7 @@ from mpplan.config import Device
 from mpplan.errors import PlanError
 from mpplan.planner import PlannerSettings
 from mpplan.runtime import apply, cuda_available
-from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.result import result_of
 from mpplan.runtime.apply_budget import plan_for_apply, plan_recomputing
 from mpplan.runtime.apply_cuts import Cut, cuts_of
 from mpplan.runtime.apply_memory import predict_apply

@@ -25,8 +25,11 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
-from mpplan.passes.remat import RematInfeasibleError, api, apply_recompute, build_model, cutlns2, programbuild, remat
-from mpplan.passes.remat.api import LNS_SHARE, result_of
+from mpplan.passes.remat import (
+    RematInfeasibleError, apply_recompute, build_model, cutlns2, phases, programbuild, remat,
+)
+from mpplan.passes.remat.phases import LNS_SHARE
+from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutlns2 import SUB_SECONDS, build_seconds, choice_of, eligible, lns_doubles, search_lns
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program
@@ -222,7 +225,7 @@ def test_a_build_that_cannot_end_before_the_lns_share_is_not_started(monkeypatch
         started.append(limit)
         return ProgramBuild(model, limit)
 
-    monkeypatch.setattr(api, "ProgramBuild", recorded)
+    monkeypatch.setattr(phases, "ProgramBuild", recorded)
     for scale, builds in ((1.01, 0), (0.99, 1)):
         monkeypatch.setattr(cutlns2, "SECONDS_PER_SPAN", scale * (1 - LNS_SHARE) * limit_s / span)
         r = remat(graph, "budget", budget=410, time_limit_s=limit_s)
@@ -276,9 +279,9 @@ def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> No
     def unused(*args: Any) -> None:
         raise AssertionError("a search ran in the LNS's share")
 
-    monkeypatch.setattr(api, "search_lns", lns)
-    monkeypatch.setattr(api, "search_cuts", unused)
-    monkeypatch.setattr(api, "search_local", unused)
+    monkeypatch.setattr(phases, "search_lns", lns)
+    monkeypatch.setattr(phases, "search_cuts", unused)
+    monkeypatch.setattr(phases, "search_local", unused)
     graph = twice_read()
     r = remat(graph, "budget", budget=410, time_limit_s=limit_s)
     assert seconds["cuts"] <= (1 - LNS_SHARE - 1 / 3) * limit_s + 1e-9

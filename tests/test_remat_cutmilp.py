@@ -15,7 +15,7 @@ from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, u
 
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import apply_recompute, build_model
-from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts, warm_point
 from mpplan.passes.remat.cutmilp import CutProgram, cut_options
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts

@@ -22,7 +22,7 @@ from test_remat_cuts import cut_options, gapped_graphs, least_cut_cost, peak, pl
 from mpplan import sim
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import apply_recompute, build_model
-from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutexact import option_of, solve_program
 from mpplan.passes.remat.cutmilp2 import double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names

@@ -23,8 +23,9 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import api, apply_recompute, build_model, remat
-from mpplan.passes.remat.api import LOCAL_SHARE, SEARCH_SHARE, result_of
+from mpplan.passes.remat import apply_recompute, build_model, phases, remat
+from mpplan.passes.remat.phases import LOCAL_SHARE, SEARCH_SHARE
+from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat import cutmulti
 from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmulti import Drop, drops_of, joint_names, search_multi
@@ -170,10 +171,10 @@ def test_the_multi_search_fits_never_costs_more_than_its_start_nor_less_than_bru
 
 
 def slow_first_fit_and_cuts(monkeypatch: pytest.MonkeyPatch, limit_s: float) -> dict[str, float]:
-    """``api``'s first fit made to take a third of ``limit_s`` and its cut phase every second it is given;
+    """``phases``' first fit made to take a third of ``limit_s`` and its cut phase every second it is given;
     the seconds each phase is given, filled in as they run (the cut phase's under ``"cuts"``)."""
     seconds: dict[str, float] = {}
-    fit_budget = api.fit_budget
+    fit_budget = phases.fit_budget
 
     def slow_fit(*args: Any) -> Any:
         found = fit_budget(*args)
@@ -184,8 +185,8 @@ def slow_first_fit_and_cuts(monkeypatch: pytest.MonkeyPatch, limit_s: float) -> 
         seconds["cuts"] = time_limit_s
         time.sleep(max(0.0, time_limit_s))
 
-    monkeypatch.setattr(api, "fit_budget", slow_fit)
-    monkeypatch.setattr(api, "fit_cuts", cuts)
+    monkeypatch.setattr(phases, "fit_budget", slow_fit)
+    monkeypatch.setattr(phases, "fit_cuts", cuts)
     return seconds
 
 
@@ -200,9 +201,9 @@ def test_the_cut_phase_ends_by_the_rounds_end_so_the_search_keeps_its_share(monk
     def search(model: object, names: object, from_ops: object, limit: int, deadline: float) -> None:
         seconds["search"] = deadline - time.perf_counter()
 
-    monkeypatch.setattr(api, "eligible", lambda model: False)  # a graph too large for the LNS
-    monkeypatch.setattr(api, "search_cuts", search)
-    monkeypatch.setattr(api, "search_local", lambda *args: None)
+    monkeypatch.setattr(phases, "eligible", lambda model: False)  # a graph too large for the LNS
+    monkeypatch.setattr(phases, "search_cuts", search)
+    monkeypatch.setattr(phases, "search_local", lambda *args: None)
     r = remat(twice_read(), "budget", budget=460, time_limit_s=limit_s)
     assert r.peak_bytes <= 460 < peak(twice_read()) and r.added_cost > 0
     assert seconds["cuts"] <= (1 - SEARCH_SHARE - LOCAL_SHARE - 1 / 3) * limit_s

@@ -22,7 +22,7 @@ from mpplan.config import Device
 from mpplan.errors import ConfigError, InfeasibleError, VerificationError
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.passes.remat import MIN_GAP, apply_recompute, build_model, remat
-from mpplan.passes.remat.api import RematResult, result_of
+from mpplan.passes.remat.result import RematResult, result_of
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.plan import Plan, RematRecord, load_plan, save_plan
 from mpplan.planner import PlannerSettings, plan, rematerialised

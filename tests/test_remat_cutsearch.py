@@ -17,8 +17,9 @@ from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, u
 
 from mpplan import sim
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import api, apply_recompute, build_model, remat
-from mpplan.passes.remat.api import LOCAL_SHARE, SEARCH_SHARE, result_of
+from mpplan.passes.remat import apply_recompute, build_model, phases, remat
+from mpplan.passes.remat.phases import LOCAL_SHARE, SEARCH_SHARE
+from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutexact import choice_names
 from mpplan.passes.remat.cutmilp import cut_options
 from mpplan.passes.remat.cutsearch import improve_cuts, search_cuts, with_cuts
@@ -204,11 +205,11 @@ def test_the_search_keeps_its_share_where_the_rounds_would_use_the_whole_limit(m
     def local(model: object, names: object, from_ops: object, limit: int, deadline: float) -> None:
         seconds["local"] = deadline - time.perf_counter()
 
-    monkeypatch.setattr(api, "eligible", lambda model: False)  # a graph too large for the LNS
-    monkeypatch.setattr(api, "fit_cuts", lambda *args, **kwargs: None)
-    monkeypatch.setattr(api, "fit_rounds", rounds)
-    monkeypatch.setattr(api, "search_cuts", search)
-    monkeypatch.setattr(api, "search_local", local)
+    monkeypatch.setattr(phases, "eligible", lambda model: False)  # a graph too large for the LNS
+    monkeypatch.setattr(phases, "fit_cuts", lambda *args, **kwargs: None)
+    monkeypatch.setattr(phases, "fit_rounds", rounds)
+    monkeypatch.setattr(phases, "search_cuts", search)
+    monkeypatch.setattr(phases, "search_local", local)
     r = remat(uneven(), "budget", budget=320, time_limit_s=limit_s)
     assert r.peak_bytes <= 320 < peak(uneven()) and r.added_cost > 0
     assert seconds.get("search", 0.0) >= 0.8 * SEARCH_SHARE * limit_s

@@ -22,7 +22,7 @@ from mpplan.capture.graph_file import save_graph
 from mpplan.config import Device
 from mpplan.graph import Graph
 from mpplan.passes.remat import RematInfeasibleError, apply_recompute, remat
-from mpplan.passes.remat.api import records_of
+from mpplan.passes.remat.result import records_of
 from mpplan.passes.remat.fit import fit_planned, in_order, next_target
 from mpplan.plan import load_plan
 from mpplan.planner import PlannerSettings, memory_model, plan, rematerialised

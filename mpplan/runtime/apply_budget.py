@@ -28,7 +28,7 @@ from mpplan.config import Device
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat import RematInfeasibleError, remat
-from mpplan.passes.remat.api import result_of
+from mpplan.passes.remat.result import result_of
 from mpplan.plan import Plan
 from mpplan.plan_records import PlanSettings, RematRecord
 from mpplan.planner import PlannerSettings, memory_model, plan

@@ -56,11 +56,12 @@ bytes for one op's cost.
 ['C.bw', 'A@recompute', 'B.bw', 'A.bw']
 """
 
-from mpplan.passes.remat.api import POLICIES, RematInfeasibleError, RematResult, remat
+from mpplan.passes.remat.api import POLICIES, remat
 from mpplan.passes.remat.budget import EXACT_MAX_OPS, SOLVERS, min_feasible_budget
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import MIN_GAP, NEVER, SUFFIX, RematModel, build_model, is_random
 from mpplan.passes.remat.policies import MirrorPlan, mirror_plan, mirror_search, mirror_thresholds, sqrt_checkpoints
+from mpplan.passes.remat.result import RematInfeasibleError, RematResult
 from mpplan.passes.remat.rewriting import apply_recompute, candidate_indices, recomputable, rewrite
 
 __all__ = [

@@ -17,7 +17,7 @@ says it builds in seconds; ``solver: auto`` builds it in a thread while its firs
 (``programbuild.ProgramBuild``).
 
 Measured on RL250 at 0.8 (2-core EPYC, load 2-2.4), in ``solver: auto``'s last
-``api.LNS_SHARE``, from the first fit's 6.02%: 5.02% (the LNS starting at 21-25 s, 5.02% at
+``phases.LNS_SHARE``, from the first fit's 6.02%: 5.02% (the LNS starting at 21-25 s, 5.02% at
 38-41 s); first improvement, with the build in the LNS's share, reached 5.49-5.85%.
 
 An answer is kept only when ``apply_recompute`` of its names on the original graph fits

@@ -38,7 +38,8 @@ from typing import Any, Generic, TypeVar
 from mpplan import sim
 from mpplan.graph import Graph
 from mpplan.errors import ConfigError
-from mpplan.passes.remat.api import RematInfeasibleError, RematResult, records_of, remat, resolve_budget, result_of
+from mpplan.passes.remat.api import remat, resolve_budget
+from mpplan.passes.remat.result import RematInfeasibleError, RematResult, records_of, result_of
 from mpplan.passes.remat.rewriting import recomputable
 
 __all__ = ["Fitted", "PlanGraph", "fit_planned", "in_order", "next_target"]
