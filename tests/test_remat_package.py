@@ -21,7 +21,7 @@ ROOT = Path(remat_package.__file__).parent
 MODULES = sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "__init__")
 
 #: The brief's "about 300 lines" with room for a docstring that explains the model.
-MAX_LINES = 360
+MAX_LINES = 340
 
 
 def imports_of(module: str) -> set[str]:
