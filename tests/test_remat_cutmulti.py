@@ -176,8 +176,8 @@ def slow_first_fit_and_cuts(monkeypatch: pytest.MonkeyPatch, limit_s: float) -> 
     seconds: dict[str, float] = {}
     fit_budget = phases.fit_budget
 
-    def slow_fit(*args: Any) -> Any:
-        found = fit_budget(*args)
+    def slow_fit(*args: Any, **kwargs: Any) -> Any:
+        found = fit_budget(*args, **kwargs)
         time.sleep(limit_s / 3)
         return found
 

@@ -21,7 +21,7 @@ from mpplan.passes.remat.result import RematInfeasibleError, RematResult, measur
 from mpplan.passes.remat.rewriting import repeated_op
 from mpplan.passes.remat.rounds import fit_least_rounds, fit_rounds
 
-__all__ = ["LNS_SHARE", "LOCAL_SHARE", "SEARCH_SHARE", "fit_in_phases"]
+__all__ = ["LNS_SHARE", "LOCAL_SHARE", "REFUSAL_SHARE", "SEARCH_SHARE", "fit_in_phases"]
 
 #: The policy every result here records.
 POLICY = "budget"
@@ -49,6 +49,11 @@ LOCAL_SHARE = 0.35
 #: program (``cutlns2``), in place of the searches' shares: the cut phase ends before it.
 LNS_SHARE = 0.65
 
+#: The share of ``time_limit_s`` kept, once the first fit finds no fit of the budget, for the
+#: least peaks of two rounds and of cut points (``_least_several``): the first fit may prove
+#: its least peak until the rest of the limit is left.
+REFUSAL_SHARE = 0.25
+
 
 def fit_in_phases(model: RematModel, limit: int, baseline: int, clock: float, solver: str, time_limit_s: float,
                   rounds: bool) -> RematResult:
@@ -63,12 +68,13 @@ def fit_in_phases(model: RematModel, limit: int, baseline: int, clock: float, so
     build = ProgramBuild(model, limit) if lns else None
     try:
         try:
-            fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock)
+            fit = fit_budget(model, limit, solver, time_limit_s / 3 if several else time_limit_s, clock,
+                             refuse_by=clock + time_limit_s * (1 - REFUSAL_SHARE) if several else None)
             result = measured(model, POLICY, fit.chosen, baseline, clock, budget_bytes=limit, solver=fit.solver,
                               optimal=fit.optimal, bound=fit.bound, gap=fit.gap, note=fit.note)
             label = fit.solver
         except BudgetInfeasibleError as exc:
-            left = max(time_limit_s / 4, time_limit_s - (time.perf_counter() - clock))
+            left = max(time_limit_s * REFUSAL_SHARE, time_limit_s - (time.perf_counter() - clock))
             least = _least_several(model, limit, baseline, clock, solver, left) if several else None
             if least is None:
                 best = measured(model, POLICY, exc.chosen, baseline, clock, budget_bytes=limit, solver="least-peak",
