@@ -39,7 +39,6 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
 from mpplan.passes.remat import apply_recompute, build_model, remat
-from mpplan.passes.remat.result import RematResult
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts
 from mpplan.passes.remat.cutlns import lns_cuts
 from mpplan.passes.remat.cutlns2 import choice_of, lns_doubles
@@ -50,6 +49,7 @@ from mpplan.passes.remat.cutsearch import Improve
 from mpplan.passes.remat.cutwindow import lns_local
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.model import SUFFIX, RematModel
+from mpplan.passes.remat.result import RematResult
 from mpplan.passes.remat.rewriting import repeated_op
 
 
