@@ -36,7 +36,7 @@ def fake_highs(monkeypatch: pytest.MonkeyPatch, first_takes: float) -> list[tupl
         return "optimal", [1.0, 0.0], 1.0, 1.0
 
     monkeypatch.setattr(ilp, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    monkeypatch.setattr(ilp, "_solve_highspy", solve)
+    monkeypatch.setattr(ilp, "solve_highspy", solve)
     return calls
 
 

@@ -31,6 +31,7 @@ from mpplan.passes.remat.cutmilp import CutOption, CutProgram
 from mpplan.passes.remat.cutsearch import choice_cost, with_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
+from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel
 
 __all__ = ["SUB_SECONDS", "WINDOW", "cheaper_fit", "effective_choice", "fits_choice", "fixed_columns", "lns_cuts",
@@ -73,17 +74,18 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
     if program.too_large:
         return best
     improved = True
-    while improved:
-        improved = False
-        for free in windows(len(options), window):
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return best
-            arrays = fixed_columns(program, best, set(free) | set(best))
-            _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best))
-            found = None if x is None else cheaper_fit(model, options, program, x, best, limit)
-            if found is not None:
-                best, improved = found, True
+    with MilpWorker() as worker:  # a sub-MILP killed past its limit (milpworker) finds nothing
+        while improved:
+            improved = False
+            for free in windows(len(options), window):
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return best
+                arrays = fixed_columns(program, best, set(free) | set(best))
+                _, x, _, _ = solve_arrays(arrays, backend, min(sub_seconds, left), warm_point(program, best), worker)
+                found = None if x is None else cheaper_fit(model, options, program, x, best, limit)
+                if found is not None:
+                    best, improved = found, True
     return best
 
 

@@ -38,6 +38,7 @@ from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, neighbours
 from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
+from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.programbuild import ProgramBuild
 from mpplan.passes.remat.restrict import Restriction
@@ -148,27 +149,29 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
         return None
     start_cost = best_cost
     restriction = Restriction(program)
-    improved = True
-    while improved:
-        improved = False
-        todo, tried = windows(len(program.options), window), set[int]()
-        base, solves = best, 0
-        while todo:
-            left = deadline - time.perf_counter()
-            if left <= 0:
+    with MilpWorker() as worker:  # a sub-MILP killed past its limit (milpworker) finds nothing
+        improved = True
+        while improved:
+            improved = False
+            todo, tried = windows(len(program.options), window), set[int]()
+            base, solves = best, 0
+            while todo:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                todo.sort(key=lambda w: (_mostly_tried(w, tried), -sum(i in base for i in w)))  # re-ranked after gains
+                free = todo.pop(0)
+                tried.update(free)
+                solves += 1
+                found = _sub_answer(restriction, base, set(free) | set(base), backend, deadline, sub_seconds,
+                                     worker)
+                cost = None if found is None else _measured(graph, program, found, limit)
+                if found is not None and cost is not None and cost < best_cost * (1 - 1e-12):
+                    best, best_cost, improved = found, cost, True
+                if solves % batch == 0:
+                    base = best  # the next batch starts from the best answer yet
+            if time.perf_counter() >= deadline:
                 break
-            todo.sort(key=lambda w: (_mostly_tried(w, tried), -sum(i in base for i in w)))  # re-ranked after gains
-            free = todo.pop(0)
-            tried.update(free)
-            solves += 1
-            found = _sub_answer(restriction, base, set(free) | set(base), backend, deadline, sub_seconds)
-            cost = None if found is None else _measured(graph, program, found, limit)
-            if found is not None and cost is not None and cost < best_cost * (1 - 1e-12):
-                best, best_cost, improved = found, cost, True
-            if solves % batch == 0:
-                base = best  # the next batch starts from the best answer yet
-        if time.perf_counter() >= deadline:
-            break
     if best_cost >= start_cost:
         return None
     names, from_ops = double_names(model, program, best)
@@ -176,7 +179,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
 
 
 def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], backend: str, deadline: float,
-                sub_seconds: float) -> dict[int, int] | None:
+                sub_seconds: float, worker: MilpWorker) -> dict[int, int] | None:
     """The sub-MILP's answer (candidate -> option) freeing ``free`` around ``base``, within
     ``sub_seconds`` and the time to ``deadline`` left once it is built, or ``None`` when it
     has none (or nothing to decide, or no time is left)."""
@@ -188,7 +191,7 @@ def _sub_answer(restriction: Restriction, base: dict[int, int], free: set[int], 
     left = deadline - time.perf_counter()  # the build takes time too
     if left <= 0:
         return None
-    _, solved, _, _ = solve_arrays(sub, backend, min(sub_seconds, left), warm)
+    _, solved, _, _ = solve_arrays(sub, backend, min(sub_seconds, left), warm, worker)
     if solved is None:
         return None
     x = restriction.expand(sub, solved)

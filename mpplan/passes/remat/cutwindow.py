@@ -35,6 +35,7 @@ from mpplan.passes.remat.cutmilp import CutOption, CutProgram
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.cutsearch import improve_answer
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
+from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel
 
 __all__ = ["SUB_SECONDS", "WINDOW", "lns_local", "neighbourhood_program", "search_local", "window_order"]
@@ -58,26 +59,28 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
               deadline: float, *, window: int = WINDOW, sub_seconds: float = SUB_SECONDS) -> dict[int, int]:
     """A choice (candidate -> option) that fits ``limit`` bytes and costs no more than
     ``start`` (which must fit), improved by one ``neighbourhood_program`` per window until a
-    pass over the windows finds nothing or ``deadline`` (``time.perf_counter()``) passes."""
+    pass over the windows finds nothing or ``deadline`` (``time.perf_counter()``) passes (a
+    sub-MILP killed past its limit, ``milpworker``, finds nothing)."""
     best = effective_choice(model, options, start)
     backend = available_backend()
     dyn = limit - model.static_bytes
     improved = True
-    while improved and backend is not None:  # a pass over the windows, from the first again after each improvement
-        improved = False
-        for free in window_order(model, best, window):
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return best
-            program = neighbourhood_program(model, options, {*free, *best}, dyn)
-            left = deadline - time.perf_counter()
-            if program.too_large or left <= 0:
-                continue
-            _, x, _, _ = solve_arrays(program, backend, min(sub_seconds, left), warm_point(program, best))
-            found = None if x is None else cheaper_fit(model, options, program, x, best, limit)
-            if found is not None:
-                best, improved = found, True
-                break
+    with MilpWorker() as worker:
+        while improved and backend is not None:  # a pass over the windows, from the first again after each gain
+            improved = False
+            for free in window_order(model, best, window):
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return best
+                program = neighbourhood_program(model, options, {*free, *best}, dyn)
+                left = deadline - time.perf_counter()
+                if program.too_large or left <= 0:
+                    continue
+                _, x, _, _ = solve_arrays(program, backend, min(sub_seconds, left), warm_point(program, best), worker)
+                found = None if x is None else cheaper_fit(model, options, program, x, best, limit)
+                if found is not None:
+                    best, improved = found, True
+                    break
     return best
 
 

@@ -1,38 +1,25 @@
 """The exact solver of remat's ``budget`` policy: build the MILP
 (``mpplan.passes.remat.formulation``, which describes it), solve it with HiGHS
-(``highspy``, else ``scipy.optimize.milp``), and map the answer back to candidates."""
+(``highspy``, else ``scipy.optimize.milp``), and map the answer back to candidates.
+``solve_arrays`` is every remat and assign MILP's way to a backend (``backends``), through
+a ``milpworker.MilpWorker`` so that a solve which ignores its time limit is killed."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
 import operator
-import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
+from mpplan.passes.remat.backends import MilpArrays, Solved, solve_highspy, solve_scipy
 from mpplan.passes.remat.evaluation import evaluate
-from mpplan.passes.remat.formulation import INF, MAX_NONZEROS, MAX_Z_VARIABLES, Formulation
+from mpplan.passes.remat.formulation import MAX_NONZEROS, MAX_Z_VARIABLES, Formulation
+from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel
 
 __all__ = ["MAX_Z_VARIABLES", "IlpSolution", "MilpArrays", "available_backend", "solve", "solve_arrays", "warm_values"]
-
-
-class MilpArrays(Protocol):
-    """A MILP as the backends take it: columns (cost, bounds, integrality) and rows in CSR."""
-
-    cost: list[float]
-    col_lo: list[float]
-    col_hi: list[float]
-    integer: list[bool]
-    row_lo: list[float]
-    row_hi: list[float]
-    starts: list[int]
-    index_nz: list[int]
-    values_nz: list[float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,116 +120,34 @@ def warm_values(f: Formulation, chosen: Sequence[int]) -> list[float]:
 
 
 def solve_arrays(
-    f: MilpArrays, backend: str, time_limit_s: float, warm: list[float] | None = None
-) -> tuple[str, list[float] | None, float | None, float | None]:
+    f: MilpArrays, backend: str, time_limit_s: float, warm: list[float] | None = None,
+    worker: MilpWorker | None = None,
+) -> Solved:
     """Minimise ``f`` with ``backend`` (``available_backend``'s answer): status (``optimal``,
     ``time_limit``, ``infeasible`` or ``error``), column values, objective and proved bound.
+    The solve runs through ``worker`` (a loop of solves holds one), else a ``MilpWorker`` of
+    its own: a big program's solve that overruns ``time_limit_s`` (HiGHS 1.16's presolve can)
+    is killed and answers ``time_limit`` with no values.
     A warm-started HiGHS answer whose values do not make its objective is solved again cold
     in the time left of ``time_limit_s``: HiGHS 1.16 can hand back the start's values with the
     optimum's objective (``tests/test_remat_cutwindow.py``: a three-candidate graph); with no
     time left, those values are the answer, ``time_limit`` with the objective they make."""
+    if worker is None:
+        with MilpWorker() as own:
+            return solve_arrays(f, backend, time_limit_s, warm, own)
     if backend != "highs":
-        return _solve_scipy(f, time_limit_s, warm)
+        return worker.solve(solve_scipy, f, time_limit_s, warm)
     clock = time.perf_counter()
-    found = _solve_highspy(f, time_limit_s, warm)
+    found = worker.solve(solve_highspy, f, time_limit_s, warm)
     _, x, objective, bound = found
     if warm is None or x is None or objective is None or _makes(f, x, objective):
         return found
     left = time_limit_s - (time.perf_counter() - clock)
     if left <= 0:
         return "time_limit", x, sum(map(operator.mul, f.cost, x)), bound
-    return _solve_highspy(f, left, None)
+    return worker.solve(solve_highspy, f, left, None)
 
 
 def _makes(f: MilpArrays, x: list[float], objective: float) -> bool:
     """Whether ``x`` costs ``objective`` under ``f`` (to HiGHS's tolerances, relative to large costs)."""
     return math.isclose(sum(map(operator.mul, f.cost, x)), objective, rel_tol=1e-7, abs_tol=1e-6)
-
-
-def _quiet_highs(highspy: Any) -> Any:
-    """A ``highspy.Highs``, without the banner its C++ constructor writes to the process's
-    stdout (file descriptor 1, past ``sys.stdout``) the first time: it would land in the
-    middle of the CLI's output."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            return highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Any:
-    import highspy
-    import numpy as np
-
-    h = _quiet_highs(highspy)
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("mip_abs_gap", 1e-9)
-    lp = highspy.HighsLp()
-    lp.num_col_ = len(f.cost)
-    lp.num_row_ = len(f.row_lo)
-    lp.col_cost_ = np.array(f.cost, dtype=float)
-    lp.col_lower_ = np.array(f.col_lo, dtype=float)
-    lp.col_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.col_hi], dtype=float)
-    lp.row_lower_ = np.array([-highspy.kHighsInf if v == -INF else v for v in f.row_lo], dtype=float)
-    lp.row_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.row_hi], dtype=float)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = np.array(f.starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(f.index_nz, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(f.values_nz, dtype=float)
-    lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in f.integer]
-    h.passModel(lp)
-    if warm is not None:
-        solution = highspy.HighsSolution()
-        solution.col_value = list(warm)
-        solution.value_valid = True
-        h.setSolution(solution)
-    h.run()
-    status = h.getModelStatus()
-    info = h.getInfo()
-    has_solution = info.primal_solution_status == 2
-    x = list(h.getSolution().col_value) if has_solution else None
-    objective = info.objective_function_value if has_solution else None
-    bound = info.mip_dual_bound
-    names = highspy.HighsModelStatus
-    if status == names.kOptimal:
-        return "optimal", x, objective, objective if bound is None else bound
-    if status == names.kInfeasible:
-        return "infeasible", None, None, None
-    if status in (names.kTimeLimit, names.kInterrupt, names.kIterationLimit, names.kSolutionLimit):
-        return "time_limit", x, objective, bound
-    return "error", x, objective, None
-
-
-def _solve_scipy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Any:
-    import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
-
-    del warm  # scipy's milp takes no starting point
-    matrix = csr_matrix(
-        (np.array(f.values_nz, dtype=float), np.array(f.index_nz), np.array(f.starts)),
-        shape=(len(f.row_lo), len(f.cost)),
-    )
-    constraints = [LinearConstraint(matrix, np.array(f.row_lo), np.array(f.row_hi))] if f.row_lo else []
-    result = milp(
-        np.array(f.cost),
-        integrality=np.array(f.integer, dtype=int),
-        bounds=Bounds(np.array(f.col_lo), np.array(f.col_hi)),
-        constraints=constraints,
-        options={"time_limit": float(time_limit_s), "mip_rel_gap": 0.0, "disp": False},
-    )
-    x = None if result.x is None else list(result.x)
-    bound = getattr(result, "mip_dual_bound", None)
-    if result.status == 0:
-        return "optimal", x, result.fun, result.fun if bound is None else bound
-    if result.status == 2:
-        return "infeasible", None, None, None
-    if result.status == 1:
-        return "time_limit", x, None if x is None else result.fun, bound
-    return "error", x, None, None

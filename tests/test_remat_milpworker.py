@@ -1,0 +1,138 @@
+"""``milpworker``: a big program's solve runs in a worker process that is killed past its
+time limit plus the grace (HiGHS 1.16's presolve rule 13 ignores ``time_limit``), answering
+``time_limit`` with no values and leaving no process behind.  A hung HiGHS is stood in for
+by a backend that sleeps (the real 214k-nonzero repro is too big for the repo; its wall
+time is in docs/benchmarks.md); these functions are module-level so the spawned worker can
+unpickle them."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpplan.passes.remat import ilp
+from mpplan.passes.remat.backends import MilpArrays, Solved, solve_highspy
+from mpplan.passes.remat.milpworker import TIMED_OUT, MilpWorker
+from mpplan.passes.remat.sparse import SparseMilp
+
+pytest.importorskip("highspy")
+
+#: A stand-in for the hung presolve: far past any limit used here.
+HANG_S = 120.0
+
+
+def hung(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+    """A backend that ignores its time limit, as HiGHS's presolve rule 13 does."""
+    time.sleep(HANG_S)
+    return "optimal", [0.0] * len(f.cost), 0.0, 0.0
+
+
+def failing(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+    raise ValueError("the backend failed")
+
+
+def loud(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+    """A backend writing a banner to file descriptor 1, as HiGHS's constructor does."""
+    os.write(1, b"Running HiGHS (a banner)\n")
+    return solve_highspy(f, time_limit_s, warm)
+
+
+def knapsack() -> SparseMilp:
+    """Most value of three items (7, 5, 4) of weights (3, 2, 2) within weight 4: the last two, value 9."""
+    milp = SparseMilp()
+    for value in (7.0, 5.0, 4.0):
+        milp.column(-value, 0.0, 1.0, True)
+    milp.row({0: 3.0, 1: 2.0, 2: 2.0}, -math.inf, 4.0)
+    return milp
+
+
+def answer(solved: Solved) -> tuple[str, list[int] | None, float | None]:
+    """Status, values rounded to integers, objective."""
+    status, x, objective, _ = solved
+    return status, None if x is None else [round(v) for v in x], objective
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie no one reaped counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_solve_past_its_limit_is_killed_and_answers_no_values(monkeypatch) -> None:
+    monkeypatch.setattr(ilp, "solve_highspy", hung)
+    limit, grace = 0.5, 0.5
+    with MilpWorker(in_process_nonzeros=0, grace_s=grace, grace_share=0.0) as worker:
+        assert answer(worker.solve(solve_highspy, knapsack(), 10.0, None)) == ("optimal", [0, 1, 1], -9.0)
+        pid = worker.pid
+        assert pid is not None and not gone(pid)
+        clock = time.perf_counter()
+        assert ilp.solve_arrays(knapsack(), "highs", limit, [0.0, 1.0, 1.0], worker) == TIMED_OUT
+        seconds = time.perf_counter() - clock
+        assert limit + grace <= seconds < limit + grace + 3.0, seconds
+        assert worker.pid is None and gone(pid)
+        # the next big solve starts a new worker
+        assert worker.solve(solve_highspy, knapsack(), 10.0, None)[0] == "optimal"
+        assert worker.pid not in (None, pid)
+
+
+def test_closing_the_worker_ends_its_process() -> None:
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        worker.solve(solve_highspy, knapsack(), 10.0, None)
+        pid = worker.pid
+        assert pid is not None
+    assert worker.pid is None and gone(pid)
+
+
+def test_a_small_program_is_solved_in_process() -> None:
+    with MilpWorker() as worker:
+        assert answer(worker.solve(solve_highspy, knapsack(), 10.0, None)) == ("optimal", [0, 1, 1], -9.0)
+        assert worker.pid is None
+
+
+def test_the_backends_exception_is_raised_in_the_caller() -> None:
+    with MilpWorker(in_process_nonzeros=0) as worker, pytest.raises(ValueError, match="the backend failed"):
+        worker.solve(failing, knapsack(), 10.0, None)
+
+
+def test_the_worker_writes_nothing_to_stdout(capfd) -> None:
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        assert worker.solve(loud, knapsack(), 10.0, None)[0] == "optimal"
+    assert "HiGHS" not in capfd.readouterr().out
+
+
+def test_the_worker_ends_when_its_parent_dies_mid_solve() -> None:
+    """The parent is killed (SIGKILL: no exit handlers run) while its worker hangs."""
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_remat_milpworker import hung, knapsack\n"
+        "from mpplan.passes.remat.backends import solve_highspy\n"
+        "from mpplan.passes.remat.milpworker import MilpWorker\n"
+        "w = MilpWorker(in_process_nonzeros=0)\n"
+        "w.solve(solve_highspy, knapsack(), 10.0, None)\n"
+        "print(w.pid, flush=True)\n"
+        "w.solve(hung, knapsack(), 600.0, None)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        time.sleep(0.5)  # the worker is in the hung solve
+        assert not gone(pid)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    ended = time.perf_counter() + 10.0
+    while not gone(pid) and time.perf_counter() < ended:
+        time.sleep(0.05)
+    assert gone(pid)
