@@ -26,12 +26,12 @@ import time
 from collections.abc import Mapping
 from typing import TypeVar
 
+from mpplan.milp.worker import MilpWorker
 from mpplan.passes.remat.cutexact import warm_point
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
 from mpplan.passes.remat.cutsearch import choice_cost, with_cuts
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
-from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel
 
 __all__ = ["SUB_SECONDS", "WINDOW", "cheaper_fit", "effective_choice", "fits_choice", "fixed_columns", "lns_cuts",
@@ -74,7 +74,7 @@ def lns_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[i
     if program.too_large:
         return best
     improved = True
-    with MilpWorker() as worker:  # a sub-MILP killed past its limit (milpworker) finds nothing
+    with MilpWorker() as worker:  # a sub-MILP killed past its limit (mpplan.milp.worker) finds nothing
         while improved:
             improved = False
             for free in windows(len(options), window):

@@ -32,13 +32,13 @@ import time
 from collections.abc import Mapping, Sequence
 
 from mpplan.graph import Graph
+from mpplan.milp.worker import MilpWorker
 from mpplan.passes.remat.cutexact import option_of, warm_point
 from mpplan.passes.remat.cutlns import windows
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, neighbours
 from mpplan.passes.remat.cutmulti import added_cost, parse_answer
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
-from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel, build_model
 from mpplan.passes.remat.programbuild import ProgramBuild
 from mpplan.passes.remat.restrict import Restriction
@@ -149,7 +149,7 @@ def lns_doubles(graph: Graph, program: DoubleProgram, start: Mapping[int, int], 
         return None
     start_cost = best_cost
     restriction = Restriction(program)
-    with MilpWorker() as worker:  # a sub-MILP killed past its limit (milpworker) finds nothing
+    with MilpWorker() as worker:  # a sub-MILP killed past its limit (mpplan.milp.worker) finds nothing
         improved = True
         while improved:
             improved = False

@@ -29,13 +29,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
+from mpplan.milp.worker import MilpWorker
 from mpplan.passes.remat.cutexact import warm_point
 from mpplan.passes.remat.cutlns import cheaper_fit, effective_choice, windows
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.cutsearch import improve_answer
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
-from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel
 
 __all__ = ["SUB_SECONDS", "WINDOW", "lns_local", "neighbourhood_program", "search_local", "window_order"]
@@ -60,7 +60,7 @@ def lns_local(model: RematModel, options: list[list[CutOption]], start: Mapping[
     """A choice (candidate -> option) that fits ``limit`` bytes and costs no more than
     ``start`` (which must fit), improved by one ``neighbourhood_program`` per window until a
     pass over the windows finds nothing or ``deadline`` (``time.perf_counter()``) passes (a
-    sub-MILP killed past its limit, ``milpworker``, finds nothing)."""
+    sub-MILP killed past its limit, ``mpplan.milp.worker``, finds nothing)."""
     best = effective_choice(model, options, start)
     backend = available_backend()
     dyn = limit - model.static_bytes

@@ -2,7 +2,7 @@
 (``mpplan.passes.remat.formulation``, which describes it), solve it with HiGHS
 (``highspy``, else ``scipy.optimize.milp``), and map the answer back to candidates.
 ``solve_arrays`` is every remat and assign MILP's way to a backend (``backends``), through
-a ``milpworker.MilpWorker`` so that a solve which ignores its time limit is killed."""
+a ``mpplan.milp.worker.MilpWorker`` so that a solve which ignores its time limit is killed."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mpplan.passes.remat.backends import MilpArrays, Solved, solve_highspy, solve_scipy
+from mpplan.milp.backends import MilpArrays, Solved, solve_highspy, solve_scipy
+from mpplan.milp.worker import MilpWorker
 from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.formulation import MAX_NONZEROS, MAX_Z_VARIABLES, Formulation
-from mpplan.passes.remat.milpworker import MilpWorker
 from mpplan.passes.remat.model import RematModel
 
 __all__ = ["MAX_Z_VARIABLES", "IlpSolution", "MilpArrays", "available_backend", "solve", "solve_arrays", "warm_values"]

@@ -1,4 +1,4 @@
-"""``milpworker``: a big program's solve runs in a worker process that is killed past its
+"""``mpplan.milp.worker``: a big program's solve runs in a worker process that is killed past its
 time limit plus the grace (HiGHS 1.16's presolve rule 13 ignores ``time_limit``), answering
 ``time_limit`` with no values and leaving no process behind.  A hung HiGHS is stood in for
 by a backend that sleeps (the real 214k-nonzero repro is too big for the repo; its wall
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from mpplan.passes.remat import ilp
-from mpplan.passes.remat.backends import MilpArrays, Solved, solve_highspy
-from mpplan.passes.remat.milpworker import TIMED_OUT, MilpWorker
+from mpplan.milp.backends import MilpArrays, Solved, solve_highspy
+from mpplan.milp.worker import TIMED_OUT, MilpWorker
 from mpplan.passes.remat.sparse import SparseMilp
 
 pytest.importorskip("highspy")
@@ -115,9 +115,9 @@ def test_the_worker_ends_when_its_parent_dies_mid_solve() -> None:
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from test_remat_milpworker import hung, knapsack\n"
-        "from mpplan.passes.remat.backends import solve_highspy\n"
-        "from mpplan.passes.remat.milpworker import MilpWorker\n"
+        "from test_milp_worker import hung, knapsack\n"
+        "from mpplan.milp.backends import solve_highspy\n"
+        "from mpplan.milp.worker import MilpWorker\n"
         "w = MilpWorker(in_process_nonzeros=0)\n"
         "w.solve(solve_highspy, knapsack(), 10.0, None)\n"
         "print(w.pid, flush=True)\n"

@@ -1,18 +1,16 @@
 """The two MILP backends, each one solve in the calling process: HiGHS through ``highspy``,
-and ``scipy.optimize.milp`` (HiGHS bundled in scipy).  ``milpworker`` runs them where an
-overrun can be killed; ``ilp.solve_arrays`` is the entry point every caller uses.
-
-This module imports nothing of the planner's (only ``sparse``'s ``INF``), so a worker
-process that imports it starts quickly."""
+and ``scipy.optimize.milp`` (HiGHS bundled in scipy).  ``mpplan.milp.worker`` runs them where
+an overrun can be killed; ``mpplan.passes.remat.ilp.solve_arrays`` is the entry point every
+caller uses.  A program's arrays may be lists (as built) or numpy arrays (as a worker gets
+them): both are read through ``numpy.asarray``."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol
-
-from mpplan.passes.remat.sparse import INF
 
 __all__ = ["Backend", "MilpArrays", "Solved", "solve_highspy", "solve_scipy"]
 
@@ -56,7 +54,7 @@ def quiet_highs(highspy: Any) -> Any:
 
 def solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
     """Minimise ``f`` with ``highspy`` under HiGHS's own ``time_limit`` (which HiGHS 1.16's
-    presolve rule 13 can ignore: ``milpworker``), started from ``warm`` if given."""
+    presolve rule 13 can ignore: ``mpplan.milp.worker``), started from ``warm`` if given."""
     import highspy
     import numpy as np
 
@@ -68,15 +66,15 @@ def solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) 
     lp = highspy.HighsLp()
     lp.num_col_ = len(f.cost)
     lp.num_row_ = len(f.row_lo)
-    lp.col_cost_ = np.array(f.cost, dtype=float)
-    lp.col_lower_ = np.array(f.col_lo, dtype=float)
-    lp.col_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.col_hi], dtype=float)
-    lp.row_lower_ = np.array([-highspy.kHighsInf if v == -INF else v for v in f.row_lo], dtype=float)
-    lp.row_upper_ = np.array([highspy.kHighsInf if v == INF else v for v in f.row_hi], dtype=float)
+    lp.col_cost_ = np.asarray(f.cost, dtype=float)
+    lp.col_lower_ = np.asarray(f.col_lo, dtype=float)
+    lp.col_upper_ = _highs_infinities(highspy, np.asarray(f.col_hi, dtype=float))
+    lp.row_lower_ = _highs_infinities(highspy, np.asarray(f.row_lo, dtype=float))
+    lp.row_upper_ = _highs_infinities(highspy, np.asarray(f.row_hi, dtype=float))
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = np.array(f.starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(f.index_nz, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(f.values_nz, dtype=float)
+    lp.a_matrix_.start_ = np.asarray(f.starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(f.index_nz, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(f.values_nz, dtype=float)
     lp.integrality_ = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in f.integer]
     h.passModel(lp)
     if warm is not None:
@@ -101,6 +99,15 @@ def solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) 
     return "error", x, objective, None
 
 
+def _highs_infinities(highspy: Any, values: Any) -> Any:
+    """``values`` with each infinite bound as HiGHS's infinity (``kHighsInf``), of its sign."""
+    import numpy as np
+
+    if math.isinf(highspy.kHighsInf):
+        return values
+    return np.where(np.isinf(values), np.copysign(highspy.kHighsInf, values), values)
+
+
 def solve_scipy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
     """Minimise ``f`` with ``scipy.optimize.milp`` (which takes no starting point: ``warm`` is ignored)."""
     import numpy as np
@@ -112,7 +119,7 @@ def solve_scipy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) ->
         (np.array(f.values_nz, dtype=float), np.array(f.index_nz), np.array(f.starts)),
         shape=(len(f.row_lo), len(f.cost)),
     )
-    constraints = [LinearConstraint(matrix, np.array(f.row_lo), np.array(f.row_hi))] if f.row_lo else []
+    constraints = [LinearConstraint(matrix, np.array(f.row_lo), np.array(f.row_hi))] if len(f.row_lo) else []
     result = milp(
         np.array(f.cost),
         integrality=np.array(f.integer, dtype=int),

@@ -1,0 +1,223 @@
+"""MILP solves that cannot hang the planner: a big program is solved in a worker process,
+killed when it overruns its time limit.
+
+HiGHS 1.16's MIP presolve rule 13 ("parallel rows and columns") ignores ``time_limit``: a
+neighbourhood sub-MILP of ``cutwindow`` on RL1000 at 0.8 (214k nonzeros) stayed in presolve
+for over 400 s under a 5 s limit, and ``Highs.cancelSolve`` from another thread does not stop
+it (docs/benchmarks.md).  Only a process can be stopped there, so ``MilpWorker.solve`` sends a
+program of ``IN_PROCESS_NONZEROS`` or more to a worker process and kills it when no answer
+comes ``grace`` seconds past the limit: the solve is then ``TIMED_OUT`` (no values), which
+every caller reads as "nothing better found".  The next big solve starts a new worker.
+
+Why a worker held by a context manager: the LNS loops solve dozens of 0.5-5 s sub-MILPs a
+minute; a worker costs about 0.2 s to start and a solve in it a few ms more than in-process
+(the arrays go as numpy buffers), so one per loop, not one per solve.  It starts at the
+first big solve: a loop that holds one and solves only small programs starts none.  Small
+programs stay in the calling process: the hypothesis tests solve thousands, and the hang
+needs a big presolve.
+
+The worker is a fresh interpreter (``subprocess``: fork and exec at once, as
+``multiprocessing``'s ``spawn`` does; never a bare ``fork`` of the planner, which has threads:
+HiGHS's, ``programbuild``'s build thread, Ray's), started with ``-c`` so it does not import
+the planner's ``__main__`` again as ``spawn`` would (0.1-0.3 s each start).  Its stdout is
+``/dev/null``: HiGHS's banner never reaches the CLI's output.  It does not outlive the
+planner: it exits when its requests' pipe closes (``close``, or the planner's exit), and a
+thread in it exits the process when its lifeline pipe closes, i.e. the planner died, even
+while the solve is stuck in a presolve."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any, cast
+
+from mpplan.milp.backends import Backend, MilpArrays, Solved
+
+__all__ = ["GRACE_S", "GRACE_SHARE", "IN_PROCESS_NONZEROS", "TIMED_OUT", "MilpWorker"]
+
+#: Programs with fewer nonzeros are solved in the calling process (module docstring).
+IN_PROCESS_NONZEROS = 20_000
+
+#: A worker's solve is killed ``GRACE_S + GRACE_SHARE * limit`` seconds past its limit:
+#: HiGHS checks its clock only now and then, and the program's transfer and load count
+#: here, not in HiGHS's limit.  Measured past a 0.2-3 s limit on a 214k-nonzero program:
+#: 0.04-0.27 s; on RL250's LNS sub-MILPs: at most 0.15 s.
+GRACE_S = 1.0
+GRACE_SHARE = 0.1
+
+#: The answer of a solve killed past its limit: no values, no bound.
+TIMED_OUT: Solved = ("time_limit", None, None, None)
+
+#: How long a worker may take to start (the interpreter, numpy, highspy) before it is given up.
+START_TIMEOUT_S = 120.0
+
+#: The worker's entry: argv is the three pipe ends, then the planner's ``sys.path``.
+_BOOT = ("import sys; sys.path[:0] = sys.argv[4:]; from mpplan.milp.worker import serve; "
+         "serve(*map(int, sys.argv[1:4]))")
+
+
+@dataclass(frozen=True, slots=True)
+class Arrays:
+    """A program's arrays as numpy buffers: they pickle as bytes (a 214k-nonzero program's
+    lists took 28 ms to pass as lists), and the program objects carry their model too."""
+
+    cost: Any
+    col_lo: Any
+    col_hi: Any
+    integer: Any
+    row_lo: Any
+    row_hi: Any
+    starts: Any
+    index_nz: Any
+    values_nz: Any
+
+    @classmethod
+    def of(cls, f: MilpArrays) -> Arrays:
+        import numpy as np
+
+        def floats(values: list[float]) -> Any:
+            return np.asarray(values, dtype=float)
+
+        return cls(floats(f.cost), floats(f.col_lo), floats(f.col_hi), np.asarray(f.integer, dtype=bool),
+                   floats(f.row_lo), floats(f.row_hi), np.asarray(f.starts, dtype=np.int32),
+                   np.asarray(f.index_nz, dtype=np.int32), floats(f.values_nz))
+
+
+class MilpWorker:
+    """Solves MILPs with a backend (``backends.solve_highspy`` or ``solve_scipy``): small ones
+    in this process, big ones in a worker process killed past its limit (module docstring).
+
+    Use it as a context manager around a loop of solves; its worker, when one started, is
+    stopped on exit.  ``in_process_nonzeros=0`` sends every program to the worker."""
+
+    def __init__(self, *, in_process_nonzeros: int = IN_PROCESS_NONZEROS, grace_s: float = GRACE_S,
+                 grace_share: float = GRACE_SHARE) -> None:
+        self._in_process_nonzeros = in_process_nonzeros
+        self._grace_s = grace_s
+        self._grace_share = grace_share
+        self._child: subprocess.Popen[bytes] | None = None
+        self._requests: Connection | None = None
+        self._replies: Connection | None = None
+        self._lifeline = -1
+
+    def __enter__(self) -> MilpWorker:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id, or ``None`` while none runs."""
+        return None if self._child is None else self._child.pid
+
+    def grace(self, time_limit_s: float) -> float:
+        """Seconds past ``time_limit_s`` a worker's solve gets before it is killed."""
+        return self._grace_s + self._grace_share * time_limit_s
+
+    def solve(self, backend: Backend, f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+        """``backend(f, time_limit_s, warm)``, or ``TIMED_OUT`` when a worker's solve overran
+        its limit by ``grace``; ``("error", None, None, None)`` when the worker died.  An
+        exception the backend raised is raised here."""
+        if len(f.values_nz) < self._in_process_nonzeros:
+            return backend(f, time_limit_s, warm)
+        requests, replies = self._started()
+        requests.send((backend, Arrays.of(f), time_limit_s, warm))
+        if not replies.poll(time_limit_s + self.grace(time_limit_s)):
+            self._kill()
+            return TIMED_OUT
+        try:
+            kind, value = replies.recv()
+        except (EOFError, OSError):  # the worker died in the solve (a crash in the backend)
+            self._kill()
+            return "error", None, None, None
+        if kind == "raised":
+            raise value
+        return cast(Solved, value)
+
+    def close(self) -> None:
+        """Stop the worker, if one runs: an idle one exits when its requests' pipe closes."""
+        child = self._child
+        for conn in (self._requests, self._replies):
+            if conn is not None:
+                conn.close()
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+        self._child, self._requests, self._replies, self._lifeline = None, None, None, -1
+        if child is not None:
+            try:
+                child.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+    def _kill(self) -> None:
+        """Kill the worker now (it may be stuck in a solve) and forget it."""
+        if self._child is not None:
+            self._child.kill()
+        self.close()
+
+    def _started(self) -> tuple[Connection, Connection]:
+        """The pipes to a running worker, starting one (and waiting until it is ready) if none runs."""
+        if self._requests is not None and self._replies is not None:
+            return self._requests, self._replies
+        theirs_in, ours_out = os.pipe()  # requests
+        ours_in, theirs_out = os.pipe()  # replies
+        life_in, life_out = os.pipe()  # never written: its end of file is the planner's end
+        ends = (theirs_in, theirs_out, life_in)
+        try:
+            self._child = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, *map(str, ends), *sys.path], pass_fds=ends,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            )
+        finally:
+            for end in ends:
+                os.close(end)
+        self._requests = Connection(ours_out, readable=False)
+        self._replies = Connection(ours_in, writable=False)
+        self._lifeline = life_out
+        try:
+            ready = self._replies.poll(START_TIMEOUT_S) and self._replies.recv() == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self._kill()
+            raise RuntimeError(f"the MILP worker process did not start within {START_TIMEOUT_S:g} s")
+        return self._requests, self._replies
+
+
+def serve(requests_fd: int, replies_fd: int, lifeline_fd: int) -> None:
+    """The worker's body: answer ``(backend, arrays, limit, warm)`` requests with
+    ``("ok", solved)`` or ``("raised", exception)`` until the requests' pipe closes."""
+    threading.Thread(target=_exit_with, args=(lifeline_fd,), daemon=True).start()
+    requests = Connection(requests_fd, writable=False)
+    replies = Connection(replies_fd, readable=False)
+    try:
+        import highspy  # noqa: F401 - paid before "ready", not inside a solve's limit
+    except ImportError:
+        pass
+    replies.send("ready")
+    while True:
+        try:
+            backend, arrays, limit, warm = requests.recv()
+        except EOFError:
+            return
+        try:
+            reply: tuple[str, object] = ("ok", backend(arrays, limit, warm))
+        except Exception as exc:  # noqa: BLE001 - raised again in the planner
+            reply = ("raised", exc)
+        replies.send(reply)
+
+
+def _exit_with(lifeline_fd: int) -> None:
+    """Exit this process once ``lifeline_fd`` reads end of file: the planner closed it or
+    died, maybe while this process is stuck in a presolve that nothing else would stop."""
+    while os.read(lifeline_fd, 1):
+        pass
+    os._exit(1)
