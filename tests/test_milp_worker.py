@@ -17,9 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from mpplan.passes.remat import ilp
+from mpplan.graph import Graph, Kind, Op, Tensor
+from mpplan.milp import worker as worker_module
 from mpplan.milp.backends import MilpArrays, Solved, solve_highspy
 from mpplan.milp.worker import TIMED_OUT, MilpWorker
+from mpplan.passes.remat import build_model, ilp
+from mpplan.passes.remat.cutlns import effective_choice
+from mpplan.passes.remat.cutmilp import cut_options
+from mpplan.passes.remat.cutwindow import lns_local
 from mpplan.passes.remat.sparse import SparseMilp
 
 pytest.importorskip("highspy")
@@ -59,6 +64,18 @@ def answer(solved: Solved) -> tuple[str, list[int] | None, float | None]:
     return status, None if x is None else [round(v) for v in x], objective
 
 
+def three_candidates() -> Graph:
+    """``tests/test_remat_cutwindow.py``'s three-candidate graph: at budget 90, recomputing
+    every candidate fits (cost 4) and the optimum costs 2."""
+    tensors = (Tensor("x", 4, Kind.INPUT), Tensor("t0", 1), Tensor("t1", 36), Tensor("t2", 37), Tensor("u2", 1),
+               Tensor("t3", 49), Tensor("t4", 1), Tensor("t5", 1), Tensor("out", 1, Kind.OUTPUT))
+    io = {"O0": ("x", "t0"), "O1": ("t0", "t1"), "O2": ("x t0", "t2 u2"), "O3": ("x", "t3"), "O4": ("t1 t2", "t4"),
+          "O5": ("t4", "t5"), "OUT": ("t4 t5", "out")}
+    ops = tuple(Op(name, "f", tuple(ins.split()), tuple(outs.split()), cost=2.0 if name == "O2" else 1.0)
+                for name, (ins, outs) in io.items())
+    return Graph("dag", tensors, ops, ("out",))
+
+
 def gone(pid: int) -> bool:
     """Whether process ``pid`` has ended (a zombie no one reaped counts as ended)."""
     try:
@@ -83,6 +100,25 @@ def test_a_solve_past_its_limit_is_killed_and_answers_no_values(monkeypatch) -> 
         # the next big solve starts a new worker
         assert worker.solve(solve_highspy, knapsack(), 10.0, None)[0] == "optimal"
         assert worker.pid not in (None, pid)
+
+
+def test_an_lns_whose_sub_milps_hang_keeps_its_start_and_ends_in_time(monkeypatch) -> None:
+    """``cutwindow``'s LNS with every solve sent to a worker and hanging there: each sub-MILP
+    is killed past its limit, finds nothing, and the search returns its start (here one
+    window holds every candidate: one sub-MILP a pass, the first pass finds nothing)."""
+    monkeypatch.setattr(ilp, "solve_highspy", hung)
+    monkeypatch.setattr(worker_module, "IN_PROCESS_NONZEROS", 0)
+    monkeypatch.setattr(worker_module, "GRACE_S", 0.5)
+    graph = three_candidates()
+    model = build_model(graph)
+    options = cut_options(model)
+    assert options is not None
+    start = {0: 0, 1: 0, 2: 0}
+    clock = time.perf_counter()
+    found = lns_local(model, options, start, 90, clock + 60.0, window=3, sub_seconds=0.5)
+    seconds = time.perf_counter() - clock
+    assert found == effective_choice(model, options, start)
+    assert seconds < 0.5 + 0.5 + 0.05 + 4.0, seconds  # limit, grace, 10% of the limit, a start and slack
 
 
 def test_closing_the_worker_ends_its_process() -> None:

@@ -25,6 +25,7 @@ from test_remat_cutsearch import fitting_start
 
 from mpplan.capture.graph_file import load_graph
 from mpplan.graph import Graph
+from mpplan.milp.worker import MilpWorker
 from mpplan.passes.remat import (
     RematInfeasibleError, apply_recompute, build_model, cutlns2, phases, programbuild, remat,
 )
@@ -259,7 +260,8 @@ def test_a_sub_milp_built_past_the_deadline_is_not_solved(monkeypatch) -> None:
     monkeypatch.setattr(cutlns2, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(cutlns2, "solve_arrays", unused)
     free = set(range(len(program.y_cols)))
-    assert cutlns2._sub_answer(restriction, start, free, "highs", 5.0, SUB_SECONDS) is None
+    with MilpWorker() as worker:
+        assert cutlns2._sub_answer(restriction, start, free, "highs", 5.0, SUB_SECONDS, worker) is None
 
 
 def test_auto_gives_the_lns_its_share_after_a_short_cut_phase(monkeypatch) -> None:

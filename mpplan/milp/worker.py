@@ -93,13 +93,15 @@ class MilpWorker:
     in this process, big ones in a worker process killed past its limit (module docstring).
 
     Use it as a context manager around a loop of solves; its worker, when one started, is
-    stopped on exit.  ``in_process_nonzeros=0`` sends every program to the worker."""
+    stopped on exit.  The arguments default to ``IN_PROCESS_NONZEROS``, ``GRACE_S`` and
+    ``GRACE_SHARE``; ``in_process_nonzeros=0`` sends every program to the worker."""
 
-    def __init__(self, *, in_process_nonzeros: int = IN_PROCESS_NONZEROS, grace_s: float = GRACE_S,
-                 grace_share: float = GRACE_SHARE) -> None:
-        self._in_process_nonzeros = in_process_nonzeros
-        self._grace_s = grace_s
-        self._grace_share = grace_share
+    def __init__(self, *, in_process_nonzeros: int | None = None, grace_s: float | None = None,
+                 grace_share: float | None = None) -> None:
+        # ``None``: the module's constants, read here, not bound at import, so a test can move them
+        self._in_process_nonzeros = IN_PROCESS_NONZEROS if in_process_nonzeros is None else in_process_nonzeros
+        self._grace_s = GRACE_S if grace_s is None else grace_s
+        self._grace_share = GRACE_SHARE if grace_share is None else grace_share
         self._child: subprocess.Popen[bytes] | None = None
         self._requests: Connection | None = None
         self._replies: Connection | None = None
