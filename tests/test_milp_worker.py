@@ -43,6 +43,11 @@ def failing(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Sol
     raise ValueError("the backend failed")
 
 
+def crashing(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+    """A backend whose process dies (as a segfault in HiGHS would end it)."""
+    os._exit(3)
+
+
 def loud(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
     """A backend writing a banner to file descriptor 1, as HiGHS's constructor does."""
     os.write(1, b"Running HiGHS (a banner)\n")
@@ -133,6 +138,32 @@ def test_a_small_program_is_solved_in_process() -> None:
     with MilpWorker() as worker:
         assert answer(worker.solve(solve_highspy, knapsack(), 10.0, None)) == ("optimal", [0, 1, 1], -9.0)
         assert worker.pid is None
+
+
+@pytest.mark.parametrize("backend", ["highs", "scipy-highs"])
+def test_a_program_solved_in_the_worker_gets_the_in_process_answer(backend: str) -> None:
+    """Both backends run in the worker (scipy's milp is HiGHS too, with the same presolve)."""
+    if backend == "scipy-highs":
+        pytest.importorskip("scipy")
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        assert answer(ilp.solve_arrays(knapsack(), backend, 10.0, None, worker)) == ("optimal", [0, 1, 1], -9.0)
+        assert worker.pid is not None
+
+
+@pytest.mark.parametrize("when", ["idle", "in the solve"])
+def test_a_worker_that_dies_answers_error_and_the_next_solve_starts_another(when: str) -> None:
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        worker.solve(solve_highspy, knapsack(), 10.0, None)
+        pid = worker.pid
+        assert pid is not None
+        if when == "idle":
+            os.kill(pid, signal.SIGKILL)
+            while not gone(pid):
+                time.sleep(0.01)
+        assert worker.solve(crashing if when != "idle" else solve_highspy, knapsack(), 10.0, None) == (
+            "error", None, None, None)
+        assert worker.pid is None and gone(pid)
+        assert answer(worker.solve(solve_highspy, knapsack(), 10.0, None)) == ("optimal", [0, 1, 1], -9.0)
 
 
 def test_the_backends_exception_is_raised_in_the_caller() -> None:

@@ -125,12 +125,17 @@ class MilpWorker:
 
     def solve(self, backend: Backend, f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
         """``backend(f, time_limit_s, warm)``, or ``TIMED_OUT`` when a worker's solve overran
-        its limit by ``grace``; ``("error", None, None, None)`` when the worker died.  An
+        its limit by ``grace``; ``("error", None, None, None)`` when the worker died (the next
+        big solve starts another).  An
         exception the backend raised is raised here."""
         if len(f.values_nz) < self._in_process_nonzeros:
             return backend(f, time_limit_s, warm)
         requests, replies = self._started()
-        requests.send((backend, Arrays.of(f), time_limit_s, warm))
+        try:
+            requests.send((backend, Arrays.of(f), time_limit_s, warm))
+        except OSError:  # the worker died while idle (killed from outside): the next solve starts another
+            self._kill()
+            return "error", None, None, None
         if not replies.poll(time_limit_s + self.grace(time_limit_s)):
             self._kill()
             return TIMED_OUT
