@@ -7,6 +7,8 @@ unpickle them."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import os
 import signal
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,6 +108,35 @@ def test_a_solve_past_its_limit_is_killed_and_answers_no_values(monkeypatch) -> 
         # the next big solve starts a new worker
         assert worker.solve(solve_highspy, knapsack(), 10.0, None)[0] == "optimal"
         assert worker.pid not in (None, pid)
+
+
+def presolve_hang() -> SimpleNamespace:
+    """``tests/data/highs_presolve_hang.json.gz``: rows of the RL1000 sub-MILP whose HiGHS 1.16
+    presolve (rule 13) ignored its time limit, cut down while it still hangs (183 rows, 473
+    columns, 1,726 nonzeros; an infinite row bound is ``null``)."""
+    with gzip.open(Path(__file__).parent / "data" / "highs_presolve_hang.json.gz", "rt") as text:
+        arrays = json.load(text)
+    arrays["row_lo"] = [-math.inf if v is None else v for v in arrays["row_lo"]]
+    arrays["row_hi"] = [math.inf if v is None else v for v in arrays["row_hi"]]
+    return SimpleNamespace(**arrays)
+
+
+def test_the_real_presolve_hang_answers_by_its_limit_and_grace() -> None:
+    """The real thing, in a worker of the default settings (the program is over the in-process
+    size): without the worker this solve does not return (still in presolve after 60 s).
+    Should a later HiGHS solve it in time, any answer by the deadline passes."""
+    program = presolve_hang()
+    assert len(program.values_nz) >= worker_module.IN_PROCESS_NONZEROS
+    limit = 0.5
+    worker = MilpWorker()
+    clock = time.perf_counter()
+    with worker:
+        status, x, _, _ = ilp.solve_arrays(program, "highs", limit, None, worker)
+        pid = worker.pid
+    seconds = time.perf_counter() - clock
+    assert seconds < limit + worker.grace(limit) + 4.0, seconds  # and a worker's start
+    assert status in ("time_limit", "optimal") and (status == "optimal") == (x is not None)
+    assert pid is None or gone(pid)
 
 
 def test_an_lns_whose_sub_milps_hang_keeps_its_start_and_ends_in_time(monkeypatch) -> None:

@@ -12,9 +12,9 @@ every caller reads as "nothing better found".  The next big solve starts a new w
 Why a worker held by a context manager: the LNS loops solve dozens of 0.5-5 s sub-MILPs a
 minute; a worker costs about 0.2 s to start and a solve in it a few ms more than in-process
 (the arrays go as numpy buffers), so one per loop, not one per solve.  It starts at the
-first big solve: a loop that holds one and solves only small programs starts none.  Small
-programs stay in the calling process: the hypothesis tests solve thousands, and the hang
-needs a big presolve.
+first big solve: a loop that holds one and solves only small programs starts none.  Programs
+under ``IN_PROCESS_NONZEROS`` stay in the calling process, unguarded: the hypothesis tests
+solve thousands of them, and the smallest program found to hang is larger.
 
 The worker is a fresh interpreter (``subprocess``: fork and exec at once, as
 ``multiprocessing``'s ``spawn`` does; never a bare ``fork`` of the planner, which has threads:
@@ -40,8 +40,13 @@ from mpplan.milp.backends import Backend, MilpArrays, Solved
 
 __all__ = ["GRACE_S", "GRACE_SHARE", "IN_PROCESS_NONZEROS", "TIMED_OUT", "MilpWorker"]
 
-#: Programs with fewer nonzeros are solved in the calling process (module docstring).
-IN_PROCESS_NONZEROS = 20_000
+#: Programs with fewer nonzeros are solved in the calling process (module docstring).  Rows
+#: of the 214k-nonzero repro removed while its presolve still hung left 183 rows, 473 columns
+#: and 1,726 nonzeros (``tests/data/highs_presolve_hang.json.gz``, removing one row at a time):
+#: the hang needs no big program.  All of ``test_remat_cutwindow``, ``cutlns``, ``budget`` and
+#: ``assign_window`` took 25 s with 20,000 here, 41 s with 1,000, 398 s with 0 (each small
+#: single solve pays a worker's start).
+IN_PROCESS_NONZEROS = 1_000
 
 #: A worker's solve is killed ``GRACE_S + GRACE_SHARE * limit`` seconds past its limit:
 #: HiGHS checks its clock only now and then, and the program's transfer and load count
