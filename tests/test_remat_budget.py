@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,10 @@ from mpplan.capture import synthetic
 from mpplan.capture.graph_file import graph_from_dict
 from mpplan.errors import InfeasibleError
 from mpplan.graph import Graph
-from mpplan.passes.remat import RematInfeasibleError, build_model, remat
+from mpplan.passes.remat import RematInfeasibleError, build_model, phases, remat
 from mpplan.passes.remat import ilp
 from mpplan.passes.remat.budget import least_peak_choice, min_feasible_budget
+from mpplan.passes.remat.greedy import heuristic
 from mpplan.passes.remat.ilp import available_backend
 
 DATA = Path(__file__).parent / "data"
@@ -111,10 +113,7 @@ def test_a_budget_over_the_milps_least_peak_fits_though_the_milp_aimed_at_it_fin
     time, and the MILP minimising the peak (it proves 113,380 in 12 s) ran only after it, with a second left,
     and even a least peak under the budget was refused.  Here the MILP aimed at the budget finds nothing at
     all, and the budget is the MILP's least peak, under the greedy's and where the greedy aimed at it misses."""
-    graph = synthetic.random_layered(16, seed=61 if train else 11, degree=2.0, train=train)
-    greedy_least = least_peak_choice(build_model(graph)).peak
-    exact_least, proved = min_feasible_budget(graph, time_limit_s=30)
-    assert proved and exact_least < greedy_least
+    graph, exact_least = missed_by_the_greedy(train)
     solve = ilp.solve
 
     def aimed_finds_nothing(model, budget, **kwargs):
@@ -125,3 +124,39 @@ def test_a_budget_over_the_milps_least_peak_fits_though_the_milp_aimed_at_it_fin
     monkeypatch.setattr(ilp, "solve", aimed_finds_nothing)
     result = remat(graph, "budget", budget=exact_least, solver="exact", time_limit_s=30)
     assert result.peak_bytes == peak(result.graph) == exact_least
+
+
+def missed_by_the_greedy(train: bool) -> tuple[Graph, int]:
+    """A small random layered graph and its least peak (proved by the MILP), which both the
+    heuristic aimed at it and the greedy's least peak miss."""
+    graph = synthetic.random_layered(16, seed=61 if train else 11, degree=2.0, train=train)
+    model = build_model(graph)
+    exact_least, proved = min_feasible_budget(graph, time_limit_s=30)
+    dyn = exact_least - model.static_bytes
+    heur = heuristic(model, dyn, time.perf_counter() + 10)
+    assert proved and heur.load > dyn and least_peak_choice(model, heur).load > dyn  # the path under test
+    return graph, exact_least
+
+
+@pytest.mark.skipif(available_backend() is None, reason="no MILP backend installed")
+def test_the_milp_minimising_the_peak_runs_past_the_first_fits_share_when_the_aimed_one_finds_nothing(
+        monkeypatch) -> None:
+    """On a graph without a backward pass the first fit has a third of the limit; when its MILP aimed at
+    the budget runs to its limit with no fit, the MILP minimising the peak may run until a quarter of the
+    limit is left (``phases.REFUSAL_SHARE``), not the one second left of the fit's third."""
+    graph, exact_least = missed_by_the_greedy(train=False)
+    limit_s = 6.0
+    solve = ilp.solve
+    given: list[float] = []
+
+    def aimed_times_out(model, budget, **kwargs):
+        if budget is None:  # the MILP minimising the peak
+            given.append(kwargs["time_limit_s"])
+            return solve(model, budget, **kwargs)
+        time.sleep(kwargs["time_limit_s"])
+        return ilp.IlpSolution(None, "time_limit", None, None, kwargs["time_limit_s"], "highs")
+
+    monkeypatch.setattr(ilp, "solve", aimed_times_out)
+    result = remat(graph, "budget", budget=exact_least, solver="exact", time_limit_s=limit_s)
+    assert result.peak_bytes == peak(result.graph) <= exact_least
+    assert given[0] >= (1 - phases.REFUSAL_SHARE - 1 / 3) * limit_s - 0.5, given  # 1.0 before

@@ -38,18 +38,11 @@ def remat(
     ``heuristic`` or ``exact``; ``time_limit_s`` caps the budget search: the exact
     solver, and the heuristic's extra starts and local search (its first greedy
     pass always runs to the end); ``rounds`` lets the budget policy recompute a tensor
-    more than once on graphs without a backward pass: one round at the rule's cuts gets a
-    third of the time, then cut points it chooses (``mpplan.passes.remat.cuts``) and a
-    second round (``mpplan.passes.remat.rounds``) compete in the time left (each only
-    when that covers the fits it makes, timed as the first; with ``auto`` the cuts and then the
-    rounds stop short of the last ``SEARCH_SHARE`` + ``LOCAL_SHARE`` of the limit, where a local search on cuts,
-    ``cutsearch``, and then an LNS on the cut MILP, ``cutwindow``, use whatever they left; on a graph
-    whose double-drop MILP builds in seconds, ``cutlns2.eligible``, the cuts stop short of the
-    last ``LNS_SHARE`` instead, where the LNS on that MILP, ``cutlns2``, replaces both searches; its
-    MILP is built in a thread from the first fit on, ``programbuild.ProgramBuild``, when
-    ``cutlns2.build_seconds`` says the build ends before that share),
-    or step in when one round at the
-    rule's cuts cannot fit.  Raises ``ConfigError`` for a bad argument and
+    more than once on graphs without a backward pass, in the phases of
+    ``mpplan.passes.remat.phases.fit_in_phases`` (its docstring gives how they share the
+    limit): cut points (``cuts``), a second round (``rounds``) and local searches on the
+    cuts, or, when one round at the rule's cuts cannot fit, the least peaks of two rounds
+    and of cut points.  Raises ``ConfigError`` for a bad argument and
     ``InfeasibleError`` (``RematInfeasibleError``, with the best infeasible rewrite)
     when no choice of recomputes fits the budget.
     """

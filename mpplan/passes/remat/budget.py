@@ -72,16 +72,21 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
     reading); ``BudgetInfeasibleError`` (carrying the least-peak choice found) when no
     choice of recomputes fits.
 
-    Monotone in ``limit``: a refusal happens only under the least peak of searches
-    that do not depend on ``limit`` (``least_peak_choice``, then with a MILP backend the
-    MILP minimising the peak), and when the searches aimed at ``limit`` miss, those
-    searches' answer is used if it fits.  So a budget is never refused where the least
-    peak found fits.  The MILP minimising the peak runs only when the MILP aimed at
-    ``limit`` found no fit, until ``refuse_by`` (a ``time.perf_counter`` reading, later than
-    the limit: a caller with time left after a refusal; default the limit): on RL250 it
-    proves the least peak (113,380 bytes) in 12 s, while the MILP aimed at 113,801 bytes
-    found no fit in its 13 s and, with a second left for it, the greedy's least peak
-    (119,900) was named as the smallest budget found feasible, though 114,535 planned.
+    A refusal happens only under the least peak of searches that do not aim at ``limit``
+    (``least_peak_choice``, then with a MILP backend the MILP minimising the peak), and when
+    the searches aimed at ``limit`` miss, those searches' answer is used if it fits: a
+    budget is never refused where the least peak found fits.  So the policy is monotone in
+    ``limit`` whenever that least peak is proved (the refusal then names "the smallest
+    feasible budget"); otherwise a refusal names the least peak found in the time left,
+    which may differ from budget to budget.  The MILP minimising the peak runs when the
+    MILP aimed at ``limit`` finds no fit, until ``refuse_by`` (a ``time.perf_counter``
+    reading after the limit, from a caller that keeps time for after a refusal; default,
+    and when the aimed MILP proved ``limit`` infeasible: the limit).  On RL250 it proves the
+    least peak (113,380 bytes) in 12 s, while the MILP aimed at 113,801 bytes found no fit
+    in its 13 s and, with a second left, the greedy's least peak (119,900) was named as the
+    smallest budget found feasible, though 114,535 planned.  On a training graph the remat
+    pass gives this one fit the whole limit and no ``refuse_by``: the MILP minimising the
+    peak gets what the aimed MILP leaves.
     """
     backend, note = _backend(solver, model)
     deadline = clock + time_limit_s
@@ -114,20 +119,25 @@ def fit_budget(model: RematModel, limit: int, solver: str, time_limit_s: float, 
     fits = [choice for choice in found if choice.load <= dyn]
     if not fits:
         assert least is not None, "the heuristic's own fit is among the fits"
-        last = deadline if refuse_by is None else max(deadline, refuse_by)
+        last = deadline if refuse_by is None or solution.status == "infeasible" else max(deadline, refuse_by)
         least, proved = _min_peak(model, backend, last, lower, least)
         if least.load > dyn:
             _refuse(model, limit, lower, least, proved)
         fit = improve(drop_unneeded(least, dyn), dyn, last)
-        return BudgetFit(fit.chosen, "heuristic", note="the least peak found fits: the MILP aimed at the budget "
-                                                       "found no fit in its time")
+        return BudgetFit(fit.chosen, "heuristic", bound=solution.bound, gap=_gap(fit.cost, solution.bound),
+                         note="the least peak found fits: the MILP aimed at the budget found no fit in its time")
     best = min(fits, key=lambda choice: (choice.cost, choice.load, choice.chosen))
     optimal = solution.status == "optimal" and found[-1].load <= dyn and solution.chosen is not None
     bound = best.cost if optimal else solution.bound
     if solution.status in ("too_large", "infeasible"):
         return BudgetFit(best.chosen, "heuristic", note=solution.note)
-    gap = None if bound is None else (0.0 if best.cost <= 0 else max(0.0, (best.cost - bound) / best.cost))
-    return BudgetFit(best.chosen, solution.backend, optimal=optimal, bound=bound, gap=gap, note=solution.note)
+    return BudgetFit(best.chosen, solution.backend, optimal=optimal, bound=bound, gap=_gap(best.cost, bound),
+                     note=solution.note)
+
+
+def _gap(cost: float, bound: float | None) -> float | None:
+    """(cost - bound) / cost, ``None`` when nothing bounds the cost."""
+    return None if bound is None else (0.0 if cost <= 0 else max(0.0, (cost - bound) / cost))
 
 
 def min_feasible_budget(

@@ -57,9 +57,23 @@ REFUSAL_SHARE = 0.25
 
 def fit_in_phases(model: RematModel, limit: int, baseline: int, clock: float, solver: str, time_limit_s: float,
                   rounds: bool) -> RematResult:
-    """The least added cost found that fits ``limit`` bytes (``remat``'s docstring: ``rounds``
-    lets a tensor be recomputed more than once), or ``RematInfeasibleError`` with the least
-    peak found."""
+    """The least added cost found that fits ``limit`` bytes, or ``RematInfeasibleError`` with
+    the least peak found.
+
+    ``rounds`` (on a graph without a backward pass) lets a tensor be recomputed more than
+    once: one round at the rule's cuts (``budget.fit_budget``) gets a third of the time, or
+    up to all but ``REFUSAL_SHARE`` of it when its MILP finds no fit and the MILP minimising
+    the peak runs; then cut points it chooses (``cuts``) and a second round (``rounds``)
+    compete in the time left (each only when that covers the fits it makes, timed as the
+    first).  With ``solver="auto"`` the cuts and then the rounds stop short of the last
+    ``SEARCH_SHARE`` + ``LOCAL_SHARE`` of the limit, where a local search on cuts
+    (``cutsearch``) and then an LNS on the cut MILP (``cutwindow``) use whatever they left; on
+    a graph whose double-drop MILP builds in seconds (``cutlns2.eligible``), the cuts stop short
+    of the last ``LNS_SHARE`` instead, where the LNS on that MILP (``cutlns2``) replaces both
+    searches, its MILP built in a thread from the first fit on (``programbuild.ProgramBuild``)
+    when ``cutlns2.build_seconds`` says the build ends before that share.  When one round at
+    the rule's cuts cannot fit, the least peaks of two rounds and of cut points
+    (``_least_several``) step in, in the last ``REFUSAL_SHARE`` at least."""
     several = rounds and not model.training  # recompute a tensor more than once: cuts, then rounds
     # The LNS on the double-drop program, built meanwhile: only when the build can end before the LNS's share (a
     # build still running holds the GIL beside the fits; on RL250 at 0.8 a 3 s limit took 10 s with it, 5 s without)

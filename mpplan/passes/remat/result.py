@@ -97,7 +97,6 @@ def records_of(graph: Graph, from_ops: Mapping[str, str] | None = None) -> tuple
     return tuple(records)
 
 
-
 def result_of(graph: Graph, ops: Iterable[str], policy: str, baseline: int, clock: float,
               *, from_ops: Mapping[str, str] | None = None, **fields: Any) -> RematResult:
     """The ``RematResult`` of ``apply_recompute(graph, ops, from_ops)`` (later rounds
