@@ -1,12 +1,13 @@
 """``mpplan.milp.worker``: a big program's solve runs in a worker process that is killed past its
 time limit plus the grace (HiGHS 1.16's presolve rule 13 ignores ``time_limit``), answering
 ``time_limit`` with no values and leaving no process behind.  A hung HiGHS is stood in for
-by a backend that sleeps (the real 214k-nonzero repro is too big for the repo; its wall
-time is in docs/benchmarks.md); these functions are module-level so the spawned worker can
-unpickle them."""
+by a backend that sleeps, besides the real hanging program (``tests/data/highs_presolve_hang``);
+these functions are module-level so the worker can unpickle them.  Each test runs under a
+watchdog: a kill that regressed ends the run with tracebacks instead of hanging it."""
 
 from __future__ import annotations
 
+import faulthandler
 import gzip
 import json
 import math
@@ -85,12 +86,25 @@ def three_candidates() -> Graph:
 
 
 def gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie no one reaped counts as ended)."""
+    """Whether process ``pid`` has ended (a zombie no one reaped counts as ended; its state is
+    read from /proc where there is one)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
-        return True
+        return Path("/proc/self").exists()  # it ended in between; without /proc (macOS) os.kill found it
     return state in ("Z", "X")
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """Ends the test run, with every thread's traceback, should a test hang past 300 s."""
+    faulthandler.dump_traceback_later(300, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 def test_a_solve_past_its_limit_is_killed_and_answers_no_values(monkeypatch) -> None:
@@ -234,4 +248,83 @@ def test_the_worker_ends_when_its_parent_dies_mid_solve() -> None:
     ended = time.perf_counter() + 10.0
     while not gone(pid) and time.perf_counter() < ended:
         time.sleep(0.05)
-    assert gone(pid)
+    try:
+        assert gone(pid)
+    finally:  # a worker the lifeline failed to end would otherwise sleep out its 120 s
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_workers_import_path_is_the_planners(tmp_path, monkeypatch) -> None:
+    """The worker starts with ``-c``, which puts its working directory first on its ``sys.path``: an
+    ``mpplan`` folder where the user runs from would shadow an installed planner there.  The planner's
+    path replaces the worker's own, so both import the same modules."""
+    monkeypatch.chdir(tmp_path)
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        assert worker.solve(import_path, knapsack(), 10.0, None)[3] == sys.path
+
+
+def import_path(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+    """A backend answering with its process's ``sys.path`` in the bound's place."""
+    return "optimal", None, None, list(sys.path)  # type: ignore[return-value]
+
+
+def test_where_no_worker_can_run_the_solve_runs_in_process(monkeypatch) -> None:
+    """Not POSIX (no ``pass_fds``), or a worker that cannot start: solved here, unguarded, no pipe left open."""
+    monkeypatch.setattr(worker_module, "isolates", lambda: False)
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        assert answer(worker.solve(solve_highspy, knapsack(), 10.0, None)) == ("optimal", [0, 1, 1], -9.0)
+        assert worker.pid is None
+    monkeypatch.undo()
+    fds = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").exists() else None
+    monkeypatch.setattr(sys, "executable", str(Path("/nonexistent") / "python"))
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        for _ in range(3):  # one failed start, then straight to the in-process solve
+            assert answer(worker.solve(solve_highspy, knapsack(), 10.0, None)) == ("optimal", [0, 1, 1], -9.0)
+        assert worker.pid is None
+    assert fds is None or len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_limit_past_the_pipes_longest_wait_is_waited_in_steps(monkeypatch) -> None:
+    """``Connection.poll`` overflows past about 2e6 s, a limit the config allows."""
+    with MilpWorker(in_process_nonzeros=0) as worker:
+        assert answer(worker.solve(solve_highspy, knapsack(), 1e7, None)) == ("optimal", [0, 1, 1], -9.0)
+    monkeypatch.setattr(worker_module, "MAX_WAIT_S", 0.05)  # the steps themselves: a hang still ends at its limit
+    monkeypatch.setattr(ilp, "solve_highspy", hung)
+    with MilpWorker(in_process_nonzeros=0, grace_s=0.5, grace_share=0.0) as worker:
+        clock = time.perf_counter()
+        assert ilp.solve_arrays(knapsack(), "highs", 0.5, None, worker) == TIMED_OUT
+        assert time.perf_counter() - clock < 0.5 + 0.5 + 4.0
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_solve_interrupted_in_the_caller_leaves_no_reply_for_the_next(monkeypatch) -> None:
+    """An exception raised while a solve waits (here a signal handler's) kills the worker: its
+    late reply must not answer the next solve."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    monkeypatch.setattr(ilp, "solve_highspy", slow_knapsack_answer)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with MilpWorker(in_process_nonzeros=0) as worker:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(Interrupted):
+                worker.solve(slow_knapsack_answer, knapsack(), 10.0, None)
+            assert worker.pid is None
+            two = SparseMilp()
+            for value in (1.0, 2.0):
+                two.column(-value, 0.0, 1.0, True)
+            assert answer(worker.solve(solve_highspy, two, 10.0, None)) == ("optimal", [1, 1], -3.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def slow_knapsack_answer(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+    """The knapsack's answer, a second late."""
+    time.sleep(1.0)
+    return "optimal", [0.0, 1.0, 1.0], -9.0, -9.0

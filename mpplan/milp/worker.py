@@ -28,9 +28,11 @@ while the solve is stuck in a presolve."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
@@ -38,7 +40,7 @@ from typing import Any, cast
 
 from mpplan.milp.backends import Backend, MilpArrays, Solved
 
-__all__ = ["GRACE_S", "GRACE_SHARE", "IN_PROCESS_NONZEROS", "TIMED_OUT", "MilpWorker"]
+__all__ = ["GRACE_S", "GRACE_SHARE", "IN_PROCESS_NONZEROS", "MAX_WAIT_S", "TIMED_OUT", "MilpWorker", "isolates"]
 
 #: Programs with fewer nonzeros are solved in the calling process (module docstring).  Rows
 #: of the 214k-nonzero repro removed while its presolve still hung left 183 rows, 473 columns
@@ -58,11 +60,17 @@ GRACE_SHARE = 0.1
 #: The answer of a solve killed past its limit: no values, no bound.
 TIMED_OUT: Solved = ("time_limit", None, None, None)
 
+#: The longest single wait on the replies' pipe: ``Connection.poll`` overflows past about 2e6 s
+#: (a ``time_limit_s`` the config allows), so a longer limit is waited in these steps.
+MAX_WAIT_S = 86_400.0
+
 #: How long a worker may take to start (the interpreter, numpy, highspy) before it is given up.
 START_TIMEOUT_S = 120.0
 
-#: The worker's entry: argv is the three pipe ends, then the planner's ``sys.path``.
-_BOOT = ("import sys; sys.path[:0] = sys.argv[4:]; from mpplan.milp.worker import serve; "
+#: The worker's entry: argv is the three pipe ends, then the planner's ``sys.path``, which
+#: replaces the worker's own (whose first entry, ``-c``'s working directory, could hold
+#: another ``mpplan``).
+_BOOT = ("import sys; sys.path[:] = sys.argv[4:]; from mpplan.milp.worker import serve; "
          "serve(*map(int, sys.argv[1:4]))")
 
 
@@ -93,6 +101,12 @@ class Arrays:
                    np.asarray(f.index_nz, dtype=np.int32), floats(f.values_nz))
 
 
+def isolates() -> bool:
+    """Whether solves can run in a worker here: the pipes it is given (``pass_fds``) and read
+    (``Connection`` over file descriptors) are POSIX's."""
+    return os.name == "posix"
+
+
 class MilpWorker:
     """Solves MILPs with a backend (``backends.solve_highspy`` or ``solve_scipy``): small ones
     in this process, big ones in a worker process killed past its limit (module docstring).
@@ -111,6 +125,7 @@ class MilpWorker:
         self._requests: Connection | None = None
         self._replies: Connection | None = None
         self._lifeline = -1
+        self._unavailable = False  # a worker failed to start: solve in this process from then on
 
     def __enter__(self) -> MilpWorker:
         return self
@@ -131,27 +146,43 @@ class MilpWorker:
     def solve(self, backend: Backend, f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
         """``backend(f, time_limit_s, warm)``, or ``TIMED_OUT`` when a worker's solve overran
         its limit by ``grace``; ``("error", None, None, None)`` when the worker died (the next
-        big solve starts another).  An
-        exception the backend raised is raised here."""
-        if len(f.values_nz) < self._in_process_nonzeros:
+        big solve starts another).  An exception the backend raised is raised here.  Where no
+        worker can run (not POSIX, or one failed to start), every solve runs in this process,
+        unguarded, as before the worker existed."""
+        if len(f.values_nz) < self._in_process_nonzeros or self._unavailable or not isolates():
             return backend(f, time_limit_s, warm)
-        requests, replies = self._started()
-        try:
-            requests.send((backend, Arrays.of(f), time_limit_s, warm))
-        except OSError:  # the worker died while idle (killed from outside): the next solve starts another
+        pipes = self._started()
+        if pipes is None:
+            return backend(f, time_limit_s, warm)
+        try:  # anything raised here (an interrupt, a signal handler) leaves a reply in flight: no later solve
+            kind, value = self._exchange(*pipes, (backend, Arrays.of(f), time_limit_s, warm),  # may read it
+                                         time.monotonic() + time_limit_s + self.grace(time_limit_s))
+        except BaseException:
             self._kill()
-            return "error", None, None, None
-        if not replies.poll(time_limit_s + self.grace(time_limit_s)):
-            self._kill()
-            return TIMED_OUT
-        try:
-            kind, value = replies.recv()
-        except (EOFError, OSError):  # the worker died in the solve (a crash in the backend)
-            self._kill()
-            return "error", None, None, None
+            raise
         if kind == "raised":
             raise value
         return cast(Solved, value)
+
+    def _exchange(self, requests: Connection, replies: Connection, request: tuple[Any, ...],
+                  deadline: float) -> tuple[str, Any]:
+        """Send ``request`` and wait for its reply until ``deadline`` (``time.monotonic``):
+        ``("ok", solved)``, ``("raised", exception)``, or ``("ok", TIMED_OUT)`` / ``("ok", error)``
+        with the worker killed."""
+        try:
+            requests.send(request)
+        except OSError:  # the worker died while idle (killed from outside): the next solve starts another
+            self._kill()
+            return "ok", ("error", None, None, None)
+        while not replies.poll(min(MAX_WAIT_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                self._kill()
+                return "ok", TIMED_OUT
+        try:
+            return cast(tuple[str, Any], replies.recv())
+        except (EOFError, OSError):  # the worker died in the solve (a crash in the backend)
+            self._kill()
+            return "ok", ("error", None, None, None)
 
     def close(self) -> None:
         """Stop the worker, if one runs: an idle one exits when its requests' pipe closes."""
@@ -175,8 +206,9 @@ class MilpWorker:
             self._child.kill()
         self.close()
 
-    def _started(self) -> tuple[Connection, Connection]:
-        """The pipes to a running worker, starting one (and waiting until it is ready) if none runs."""
+    def _started(self) -> tuple[Connection, Connection] | None:
+        """The pipes to a running worker, starting one (and waiting until it is ready) if none
+        runs; ``None`` when it cannot start (every later solve then runs in this process)."""
         if self._requests is not None and self._replies is not None:
             return self._requests, self._replies
         theirs_in, ours_out = os.pipe()  # requests
@@ -188,6 +220,11 @@ class MilpWorker:
                 [sys.executable, "-c", _BOOT, *map(str, ends), *sys.path], pass_fds=ends,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
+        except (OSError, ValueError):  # no interpreter to run (a frozen planner): nothing to wait for
+            for end in (ours_out, ours_in, life_out):
+                os.close(end)
+            self._unavailable = True
+            return None
         finally:
             for end in ends:
                 os.close(end)
@@ -196,17 +233,19 @@ class MilpWorker:
         self._lifeline = life_out
         try:
             ready = self._replies.poll(START_TIMEOUT_S) and self._replies.recv() == "ready"
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # it ended before it was ready (its error is on stderr)
             ready = False
         if not ready:
             self._kill()
-            raise RuntimeError(f"the MILP worker process did not start within {START_TIMEOUT_S:g} s")
+            self._unavailable = True
+            return None
         return self._requests, self._replies
 
 
 def serve(requests_fd: int, replies_fd: int, lifeline_fd: int) -> None:
     """The worker's body: answer ``(backend, arrays, limit, warm)`` requests with
     ``("ok", solved)`` or ``("raised", exception)`` until the requests' pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the planner stops it: by its pipes, its lifeline or a kill
     threading.Thread(target=_exit_with, args=(lifeline_fd,), daemon=True).start()
     requests = Connection(requests_fd, writable=False)
     replies = Connection(replies_fd, readable=False)
@@ -218,13 +257,16 @@ def serve(requests_fd: int, replies_fd: int, lifeline_fd: int) -> None:
     while True:
         try:
             backend, arrays, limit, warm = requests.recv()
-        except EOFError:
+        except Exception:  # noqa: BLE001 - closed (EOFError), or a request it cannot read: the planner sees EOF
             return
         try:
             reply: tuple[str, object] = ("ok", backend(arrays, limit, warm))
         except Exception as exc:  # noqa: BLE001 - raised again in the planner
             reply = ("raised", exc)
-        replies.send(reply)
+        try:
+            replies.send(reply)
+        except OSError:  # the planner closed the worker as the solve ended
+            return
 
 
 def _exit_with(lifeline_fd: int) -> None:
