@@ -23,7 +23,7 @@ import pytest
 
 from mpplan.graph import Graph, Kind, Op, Tensor
 from mpplan.milp import worker as worker_module
-from mpplan.milp.backends import MilpArrays, Solved, solve_highspy
+from mpplan.milp.backends import PARALLEL_ROWS_AND_COLUMNS, MilpArrays, Solved, in_process, solve_highspy
 from mpplan.milp.worker import TIMED_OUT, MilpWorker
 from mpplan.passes.remat import build_model, ilp
 from mpplan.passes.remat.cutlns import effective_choice
@@ -136,13 +136,12 @@ def presolve_hang() -> SimpleNamespace:
 
 
 def test_the_real_presolve_hang_answers_by_its_limit_and_grace() -> None:
-    """The real thing, in a worker of the default settings (the program is over the in-process
-    size): without the worker this solve does not return (still in presolve after 60 s).
-    Should a later HiGHS solve it in time, any answer by the deadline passes."""
+    """The real thing, sent to a worker with presolve rule 13 on: without the worker this solve
+    does not return (still in presolve after 60 s).  Should a later HiGHS solve it in time, any
+    answer by the deadline passes."""
     program = presolve_hang()
-    assert len(program.values_nz) >= worker_module.IN_PROCESS_NONZEROS
     limit = 0.5
-    worker = MilpWorker()
+    worker = MilpWorker(in_process_nonzeros=0)
     clock = time.perf_counter()
     with worker:
         status, x, _, _ = ilp.solve_arrays(program, "highs", limit, None, worker)
@@ -151,6 +150,24 @@ def test_the_real_presolve_hang_answers_by_its_limit_and_grace() -> None:
     assert seconds < limit + worker.grace(limit) + 4.0, seconds  # and a worker's start
     assert status in ("time_limit", "optimal") and (status == "optimal") == (x is not None)
     assert pid is None or gone(pid)
+
+
+def test_the_real_presolve_hang_solved_in_process_runs_without_rule_13() -> None:
+    """The same program under the in-process size is solved here, with rule 13 off (``in_process``): it
+    answers in its limit (0.03 s here) instead of staying in presolve."""
+    program = presolve_hang()
+    assert len(program.values_nz) < worker_module.IN_PROCESS_NONZEROS
+    clock = time.perf_counter()
+    with MilpWorker() as worker:
+        status, x, _, _ = ilp.solve_arrays(program, "highs", 0.5, None, worker)
+        assert worker.pid is None
+    assert time.perf_counter() - clock < 0.5 + 2.0
+    assert status in ("time_limit", "optimal") and (status == "optimal") == (x is not None)
+
+
+def test_in_process_switches_off_rule_13_for_highs_only() -> None:
+    assert in_process(solve_highspy).keywords == {"rules_off": PARALLEL_ROWS_AND_COLUMNS}  # type: ignore[attr-defined]
+    assert in_process(hung) is hung
 
 
 def test_an_lns_whose_sub_milps_hang_keeps_its_start_and_ends_in_time(monkeypatch) -> None:

@@ -6,13 +6,15 @@ them): both are read through ``numpy.asarray``."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["Backend", "MilpArrays", "Solved", "solve_highspy", "solve_scipy"]
+__all__ = ["PARALLEL_ROWS_AND_COLUMNS", "Backend", "MilpArrays", "Solved", "in_process", "solve_highspy",
+           "solve_scipy"]
 
 
 class MilpArrays(Protocol):
@@ -52,14 +54,22 @@ def quiet_highs(highspy: Any) -> Any:
         os.close(saved)
 
 
-def solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) -> Solved:
+#: HiGHS's presolve rule 13, "parallel rows and columns" (a ``presolve_rule_off`` bit): in
+#: HiGHS 1.16 it can ignore ``time_limit`` (``mpplan.milp.worker``).
+PARALLEL_ROWS_AND_COLUMNS = 1 << 13
+
+
+def solve_highspy(f: MilpArrays, time_limit_s: float, warm: list[float] | None, *, rules_off: int = 0) -> Solved:
     """Minimise ``f`` with ``highspy`` under HiGHS's own ``time_limit`` (which HiGHS 1.16's
-    presolve rule 13 can ignore: ``mpplan.milp.worker``), started from ``warm`` if given."""
+    presolve rule 13 can ignore: ``mpplan.milp.worker``), started from ``warm`` if given, with
+    the presolve rules whose bits ``rules_off`` sets switched off."""
     import highspy
     import numpy as np
 
     h = quiet_highs(highspy)
     h.setOptionValue("output_flag", False)
+    if rules_off:
+        h.setOptionValue("presolve_rule_off", rules_off)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", 1e-9)
@@ -136,3 +146,13 @@ def solve_scipy(f: MilpArrays, time_limit_s: float, warm: list[float] | None) ->
     if result.status == 1:
         return "time_limit", x, None if x is None else result.fun, bound
     return "error", x, None, None
+
+
+def in_process(backend: Backend) -> Backend:
+    """``backend`` as it runs in the planner's own process, where nothing could stop a solve
+    that overruns its limit: HiGHS without presolve rule 13, the one known to (it costs
+    quality on big programs, which run in a worker with the rule on; scipy's ``milp`` cannot
+    switch it off)."""
+    if backend is solve_highspy:
+        return functools.partial(solve_highspy, rules_off=PARALLEL_ROWS_AND_COLUMNS)
+    return backend

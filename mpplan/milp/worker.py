@@ -13,8 +13,9 @@ Why a worker held by a context manager: the LNS loops solve dozens of 0.5-5 s su
 minute; a worker costs about 0.2 s to start and a solve in it a few ms more than in-process
 (the arrays go as numpy buffers), so one per loop, not one per solve.  It starts at the
 first big solve: a loop that holds one and solves only small programs starts none.  Programs
-under ``IN_PROCESS_NONZEROS`` stay in the calling process, unguarded: the hypothesis tests
-solve thousands of them, and the smallest program found to hang is larger.
+under ``IN_PROCESS_NONZEROS`` stay in the calling process, where nothing could stop them, with
+HiGHS's presolve rule 13 off (``backends.in_process``): the rule known to ignore the limit,
+whose loss of quality shows on big programs only.  The test suite solves thousands of them.
 
 The worker is a fresh interpreter (``subprocess``: fork and exec at once, as
 ``multiprocessing``'s ``spawn`` does; never a bare ``fork`` of the planner, which has threads:
@@ -38,17 +39,18 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any, cast
 
-from mpplan.milp.backends import Backend, MilpArrays, Solved
+from mpplan.milp.backends import Backend, MilpArrays, Solved, in_process
 
 __all__ = ["GRACE_S", "GRACE_SHARE", "IN_PROCESS_NONZEROS", "MAX_WAIT_S", "TIMED_OUT", "MilpWorker", "isolates"]
 
-#: Programs with fewer nonzeros are solved in the calling process (module docstring).  Rows
-#: of the 214k-nonzero repro removed while its presolve still hung left 183 rows, 473 columns
-#: and 1,726 nonzeros (``tests/data/highs_presolve_hang.json.gz``, removing one row at a time):
-#: the hang needs no big program.  All of ``test_remat_cutwindow``, ``cutlns``, ``budget`` and
-#: ``assign_window`` took 25 s with 20,000 here, 41 s with 1,000, 398 s with 0 (each small
-#: single solve pays a worker's start).
-IN_PROCESS_NONZEROS = 1_000
+#: Programs with fewer nonzeros are solved in the calling process (module docstring), with
+#: presolve rule 13 off (``backends.in_process``).  The hang needs no big program: rows of the
+#: 214k-nonzero repro removed while its presolve still hung left 183 rows, 473 columns and
+#: 1,726 nonzeros (``tests/data/highs_presolve_hang.json.gz``), which without rule 13 solves
+#: in process in 0.04 s.  Each solve sent to a worker that holds no worker yet pays a start
+#: (0.2-0.6 s): with 1,000 here the test suite took 17.8 min instead of 12.5 (single solves of
+#: 1,000-20,000 nonzeros), and every cell's solve has 97k nonzeros or more.
+IN_PROCESS_NONZEROS = 20_000
 
 #: A worker's solve is killed ``GRACE_S + GRACE_SHARE * limit`` seconds past its limit:
 #: HiGHS checks its clock only now and then, and the program's transfer and load count
@@ -150,10 +152,10 @@ class MilpWorker:
         worker can run (not POSIX, or one failed to start), every solve runs in this process,
         unguarded, as before the worker existed."""
         if len(f.values_nz) < self._in_process_nonzeros or self._unavailable or not isolates():
-            return backend(f, time_limit_s, warm)
+            return in_process(backend)(f, time_limit_s, warm)
         pipes = self._started()
         if pipes is None:
-            return backend(f, time_limit_s, warm)
+            return in_process(backend)(f, time_limit_s, warm)
         try:  # anything raised here (an interrupt, a signal handler) leaves a reply in flight: no later solve
             kind, value = self._exchange(*pipes, (backend, Arrays.of(f), time_limit_s, warm),  # may read it
                                          time.monotonic() + time_limit_s + self.grace(time_limit_s))
