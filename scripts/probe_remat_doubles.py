@@ -9,15 +9,23 @@ neighbours are not recomputed: ``cutmilp2``'s scope), and checks the MILP's answ
 the original graph by ``apply_recompute``, its ``sim`` peak within the budget and its plan
 passing ``mpplan.verify``.
 
+``--focus over`` frees only the candidates with an output live across a step whose as-given
+load (no recompute) passes the budget, plus the warm start's; every other one is held not
+recomputed (``restrict.Restriction``'s sub-MILP), so the optimum and bound printed are those of
+that smaller family: a tensor never live across a step over the budget frees nothing there by
+its own drop.  ``--focus over+inputs`` frees the producers of those candidates' inputs too (a
+recompute that reads a recomputed input instead of holding it, ``cutmilp``'s chains).
+
 Rerun: ``python scripts/probe_remat_doubles.py [--size 250] [--fraction 0.8] [--time-limit 60]
-[--multi 60] [--seconds 400] [--max-nonzeros 8000000]``  (from a checkout other than the installed
-one: ``PYTHONPATH=. python scripts/...``).
+[--multi 60] [--seconds 400] [--max-nonzeros 8000000] [--focus all|over|over+inputs]``  (from a
+checkout other than the installed one: ``PYTHONPATH=. python scripts/...``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import os
 import time
@@ -30,14 +38,21 @@ from mpplan.config import Device
 from mpplan.graph import Graph
 from mpplan.passes.remat import apply_recompute, build_model, remat
 from mpplan.passes.remat.result import result_of
-from mpplan.passes.remat.cutexact import option_of, solve_program
+from mpplan.passes.remat.cutexact import CutChoice, choice_of_point, option_of, solve_program, warm_point
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import search_multi
+from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import SUFFIX, RematModel
+from mpplan.passes.remat.restrict import Restriction
 from mpplan.passes.remat.rewriting import repeated_op
 from mpplan.plan import RematRecord
 from mpplan.planner import PlannerSettings, plan
 from mpplan.verify import verify
+
+
+#: ``--focus``'s choices: every candidate, those live across a step over the budget, and
+#: those with their inputs' producers.
+FOCUS = ("all", "over", "over+inputs")
 
 
 def main() -> None:
@@ -48,6 +63,7 @@ def main() -> None:
     parser.add_argument("--multi", type=float, default=60.0, help="seconds of the double-drop search")
     parser.add_argument("--seconds", type=float, default=400.0, help="the MILP's seconds")
     parser.add_argument("--max-nonzeros", type=int, default=8_000_000, help="the MILP's size cap")
+    parser.add_argument("--focus", choices=FOCUS, default="all", help="the candidates the MILP may recompute")
     args = parser.parse_args()
     (path,) = SHARED_DATA.glob(f"random_layered_n{args.size}_*.json")
     graph = load_graph(path)
@@ -73,7 +89,12 @@ def main() -> None:
           f"{sum(map(len, program.doubles))} double options, built in {time.perf_counter() - clock:.1f}s; "
           f"warm start {'taken' if warm is not None else 'outside the family'}", flush=True)
     clock = time.perf_counter()
-    choice = solve_program(program, args.seconds, warm)
+    if args.focus == "all":
+        choice = solve_program(program, args.seconds, warm)
+    else:
+        free = focus_candidates(model, limit, args.focus == "over+inputs") | set(warm or {})
+        print(f"focus {args.focus}: {len(free)} of {model.num_candidates} candidates free", flush=True)
+        choice = solve_focused(program, free, warm or {}, args.seconds)
     seconds = time.perf_counter() - clock
     if choice is None:
         print(f"MILP: no answer in {seconds:.1f}s", flush=True)
@@ -84,6 +105,34 @@ def main() -> None:
     print(f"MILP: {100 * cost / total:.2f}% ({twice} tensors dropped twice) {choice.status}, proved >= {bound} "
           f"for its family, {seconds:.1f}s; verified: sim peak <= budget, plan passes mpplan.verify", flush=True)
     print(f"end load {os.getloadavg()}", flush=True)
+
+
+def focus_candidates(model: RematModel, limit: int, inputs: bool) -> set[int]:
+    """The candidates with an output live across a step whose as-given load passes ``limit``
+    (``static + LOAD``, no recompute), and with ``inputs`` the producers of their inputs."""
+    load = [0] * (model.num_ops + 1)
+    for j, nbytes in enumerate(model.size):
+        load[model.start[j]] += nbytes
+        load[model.last[j] + 1] -= nbytes
+    over = [p for p, held in enumerate(itertools.accumulate(load[:-1])) if held + model.static_bytes > limit]
+    found = {i for i, outputs in enumerate(model.cand_outputs)
+             if any(model.start[j] < p <= model.last[j] for j in outputs for p in over)}
+    if inputs:
+        found |= {model.producer[j] for i in list(found) for j in model.cand_inputs[i] if model.producer[j] >= 0}
+    return found
+
+
+def solve_focused(program: DoubleProgram, free: set[int], warm: dict[int, int], seconds: float) -> CutChoice | None:
+    """``solve_program``'s answer with only ``free`` candidates decided (every other one
+    held as in ``warm``: not recomputed unless ``warm`` recomputes it, and then free)."""
+    restriction = Restriction(program)
+    sub = restriction.sub_milp(warm, free)
+    backend = available_backend()
+    if sub is None or backend is None:
+        return None
+    start = restriction.restrict(sub, warm_point(program, warm)) if warm else None
+    status, x, _, bound = solve_arrays(sub, backend, seconds, start)
+    return choice_of_point(program, status, None if x is None else restriction.expand(sub, x), bound)
 
 
 def warm_choice(model: RematModel, program: DoubleProgram, names: tuple[str, ...],

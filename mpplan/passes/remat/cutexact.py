@@ -10,7 +10,7 @@ from mpplan.passes.remat.cutmilp import CutProgram, cut_options
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import NEVER, RematModel
 
-__all__ = ["CutChoice", "choice_names", "option_of", "solve_cuts", "solve_program", "warm_point"]
+__all__ = ["CutChoice", "choice_names", "choice_of_point", "option_of", "solve_cuts", "solve_program", "warm_point"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,13 @@ def solve_program(program: CutProgram, time_limit_s: float, warm: dict[int, int]
         return None
     start = None if warm is None else warm_point(program, warm)
     status, x, _, bound = solve_arrays(program, backend, time_limit_s, start)
+    return choice_of_point(program, status, x, bound)
+
+
+def choice_of_point(program: CutProgram, status: str, x: Sequence[float] | None,
+                    bound: float | None) -> CutChoice | None:
+    """A solve of ``program`` (status, column values, bound in the program's scaled cost) as a
+    ``CutChoice``; ``None`` when it has no values or neither found nor proved an optimum."""
     if x is None or status not in ("optimal", "time_limit"):
         return None
     chosen = {i: k for i, cols in enumerate(program.y_cols) for k, col in enumerate(cols) if x[col] > 0.5}
