@@ -92,8 +92,9 @@ def main() -> None:
     if args.focus == "all":
         choice = solve_program(program, args.seconds, warm)
     else:
-        free = focus_candidates(model, limit, args.focus == "over+inputs") | set(warm or {})
-        print(f"focus {args.focus}: {len(free)} of {model.num_candidates} candidates free", flush=True)
+        free = focus_candidates(model, limit, args.focus == "over+inputs")
+        print(f"focus {args.focus}: {len(free | (warm or {}).keys())} of {model.num_candidates} candidates free",
+              flush=True)
         choice = solve_focused(program, free, warm or {}, args.seconds)
     seconds = time.perf_counter() - clock
     if choice is None:
@@ -118,15 +119,15 @@ def focus_candidates(model: RematModel, limit: int, inputs: bool) -> set[int]:
     found = {i for i, outputs in enumerate(model.cand_outputs)
              if any(model.start[j] < p <= model.last[j] for j in outputs for p in over)}
     if inputs:
-        found |= {model.producer[j] for i in list(found) for j in model.cand_inputs[i] if model.producer[j] >= 0}
+        found |= {model.producer[j] for i in found for j in model.cand_inputs[i] if model.producer[j] >= 0}
     return found
 
 
 def solve_focused(program: DoubleProgram, free: set[int], warm: dict[int, int], seconds: float) -> CutChoice | None:
-    """``solve_program``'s answer with only ``free`` candidates decided (every other one
-    held as in ``warm``: not recomputed unless ``warm`` recomputes it, and then free)."""
+    """``solve_program``'s answer with only ``free`` candidates and those ``warm`` recomputes
+    decided, every other one not recomputed (so the sub-MILP's cost is the whole answer's)."""
     restriction = Restriction(program)
-    sub = restriction.sub_milp(warm, free)
+    sub = restriction.sub_milp(warm, set(free) | warm.keys())
     backend = available_backend()
     if sub is None or backend is None:
         return None
