@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import math
 import os
 import time
@@ -41,6 +40,7 @@ from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutexact import CutChoice, choice_of_point, option_of, solve_program, warm_point
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import search_multi
+from mpplan.passes.remat.evaluation import evaluate
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import SUFFIX, RematModel
 from mpplan.passes.remat.restrict import Restriction
@@ -92,9 +92,8 @@ def main() -> None:
     if args.focus == "all":
         choice = solve_program(program, args.seconds, warm)
     else:
-        free = focus_candidates(model, limit, args.focus == "over+inputs")
-        print(f"focus {args.focus}: {len(free | (warm or {}).keys())} of {model.num_candidates} candidates free",
-              flush=True)
+        free = focus_candidates(model, limit, args.focus == "over+inputs") | (warm or {}).keys()
+        print(f"focus {args.focus}: {len(free)} of {model.num_candidates} candidates free", flush=True)
         choice = solve_focused(program, free, warm or {}, args.seconds)
     seconds = time.perf_counter() - clock
     if choice is None:
@@ -111,11 +110,8 @@ def main() -> None:
 def focus_candidates(model: RematModel, limit: int, inputs: bool) -> set[int]:
     """The candidates with an output live across a step whose as-given load passes ``limit``
     (``static + LOAD``, no recompute), and with ``inputs`` the producers of their inputs."""
-    load = [0] * (model.num_ops + 1)
-    for j, nbytes in enumerate(model.size):
-        load[model.start[j]] += nbytes
-        load[model.last[j] + 1] -= nbytes
-    over = [p for p, held in enumerate(itertools.accumulate(load[:-1])) if held + model.static_bytes > limit]
+    profile = evaluate(model, ()).profile  # LOAD at each step of the as-given order
+    over = [p for p, held in enumerate(profile) if held + model.static_bytes > limit]
     found = {i for i, outputs in enumerate(model.cand_outputs)
              if any(model.start[j] < p <= model.last[j] for j in outputs for p in over)}
     if inputs:
