@@ -158,9 +158,13 @@ def warm_choice(model: RematModel, program: DoubleProgram, names: tuple[str, ...
 
 
 def check(graph: Graph, model: RematModel, program: DoubleProgram, chosen: dict[int, int], limit: int) -> float:
-    """The added cost of ``chosen`` rebuilt on ``graph``, after asserting that its ``sim``
-    peak fits ``limit`` and that its plan passes the verifier."""
-    names, from_ops = double_names(model, program, chosen)
+    """The added cost of ``chosen`` rebuilt on ``graph`` (``verified_cost``)."""
+    return verified_cost(graph, *double_names(model, program, chosen), limit)
+
+
+def verified_cost(graph: Graph, names: tuple[str, ...], from_ops: dict[str, str], limit: int) -> float:
+    """The added cost of ``apply_recompute(graph, names, from_ops)``, after asserting that its
+    ``sim`` peak fits ``limit`` and that its plan passes the verifier."""
     rewritten = apply_recompute(graph, names, from_ops)
     assert sim.given_peak(rewritten) <= limit
     result = result_of(graph, names, "budget", sim.given_peak(graph), 0.0, from_ops=from_ops)

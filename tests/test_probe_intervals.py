@@ -1,0 +1,126 @@
+"""``scripts/probe_remat_intervals.py``: CP-SAT over retention intervals, and its answers
+rebuilt as op sequences and as ``apply_recompute``'s rounds.
+
+On tiny single-output graphs: every answer's op sequence fits the budget (the model is not
+looser than ``sim``); made lazy and expressed as rounds, ``apply_recompute``'s rewrite holds
+the same bytes and costs the same (the mapping is faithful); with two copies the optimum equals
+brute force over every stage of every recompute (the model is exact for its family); and a
+rewrite read back as an answer (the warm start) rebuilds to itself."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+from conftest import REPO
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_remat_cuts import peak
+
+from mpplan import sim
+from mpplan.graph import Graph, Op, Tensor
+from mpplan.passes.remat import apply_recompute
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+import probe_remat_intervals as probe  # noqa: E402
+
+
+@st.composite
+def layered(draw: st.DrawFn, max_ops: int = 8) -> Graph:
+    """Random DAGs of four to ``max_ops`` single-output ops, the first reading nothing, each
+    later one reading its predecessor and up to two older outputs (the random layered graphs'
+    shape: skip connections hold tensors across ops that a recompute can free)."""
+    n = draw(st.integers(4, max_ops))
+    tensors = [Tensor(f"t{k}", draw(st.integers(1, 100))) for k in range(n)]
+    ops = [Op("O0", "f", (), ("t0",), float(draw(st.integers(1, 3))))]
+    for k in range(1, n):
+        reads = {k - 1, *draw(st.lists(st.integers(0, k - 1), max_size=2))}
+        ops.append(Op(f"O{k}", "f", tuple(f"t{u}" for u in sorted(reads)), (f"t{k}",), float(draw(st.integers(1, 3)))))
+    return Graph("layered", tuple(tensors), tuple(ops), (f"t{n - 1}",)).validate()
+
+
+def budget_of(graph: Graph, fraction: float) -> int:
+    """A budget ``fraction`` of the way from the largest op's working set (no recompute goes
+    under it) to the no-remat peak; ``assume`` there is room between them."""
+    floor, top = sim.max_op_working_set(graph), peak(graph)
+    assume(floor < top)
+    return int(floor + fraction * (top - floor))
+
+
+def cost(graph: Graph) -> float:
+    return sum(op.cost for op in graph.ops if op.recompute_of is not None)
+
+
+def solved(graph: Graph, budget: int, copies: int) -> tuple[probe.Answer, bool] | None:
+    probe.check_scope(graph)
+    return probe.solve(probe.build(graph, budget, copies), 20.0, workers=1, seed=0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered(), st.floats(0.0, 0.99), st.sampled_from([2, 3]))
+def test_answers_fit_and_map_onto_rounds_faithfully(graph: Graph, fraction: float, copies: int) -> None:
+    budget = budget_of(graph, fraction)
+    found = solved(graph, budget, copies)
+    if found is None:
+        return
+    answer, _ = found
+    assert peak(probe.rebuilt(graph, answer)) <= budget
+    lazy = probe.lazy(answer, len(graph.ops))
+    sequence = probe.rebuilt(graph, lazy)
+    names, from_ops = probe.as_rounds(graph, lazy)
+    rewritten = apply_recompute(graph, names, from_ops)
+    assert (peak(rewritten), cost(rewritten)) == (peak(sequence), cost(sequence))
+
+
+def least_interval_cost(graph: Graph, budget: int) -> float | None:
+    """Brute force over the two-copy model: every op recomputed in no stage or in any later
+    one, an op's read served by the latest copy made before it (as ``build``'s ordered copies
+    must) and a recompute's by its input's recompute where there is one (``build``'s rounds),
+    a recompute serving no original op left out; the least cost whose op sequence fits."""
+    n = len(graph.ops)
+    preds = probe.inputs_of(graph)
+    read = [q for q in range(n) if any(q in us for us in preds)]
+    best = None
+    for combo in itertools.product(*[[None, *range(q + 1, n)] for q in read]):
+        stage = {(q, 1): t for q, t in zip(read, combo) if t is not None}
+
+        def when(copy: tuple[int, int]) -> int:
+            return probe.slot(n, copy[0] if copy[1] == 0 else stage[copy], copy[0], copy[1])
+
+        readers = [(v, 0) for v in range(n)] + list(stage)
+        # an op reads the copy made last before it; a recompute, its input's recompute if any
+        serves = {(r, u): int((u, 1) in stage and (r[1] == 1 or when((u, 1)) < when(r)))
+                  for r in readers for u in preds[r[0]]}
+        if any(i and when((u, 1)) >= when(r) for (r, u), i in serves.items()):
+            continue
+        if any(not any(serves[(v, 0), u] for v in range(n) if u in preds[v]) for u, _ in stage):
+            continue
+        sequence = probe.rebuilt(graph, probe.Answer(stage, serves))
+        if peak(sequence) <= budget:
+            best = cost(sequence) if best is None else min(best, cost(sequence))
+    return best
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered(max_ops=7), st.floats(0.0, 0.99))
+def test_two_copies_equal_brute_force_over_the_model(graph: Graph, fraction: float) -> None:
+    budget = budget_of(graph, fraction)
+    exact = least_interval_cost(graph, budget)
+    found = solved(graph, budget, 2)
+    assert (found is None) == (exact is None)
+    if found is not None:
+        assert found[1] and cost(probe.rebuilt(graph, found[0])) == exact
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered(), st.floats(0.0, 0.99))
+def test_a_rewrite_read_back_rebuilds_to_itself(graph: Graph, fraction: float) -> None:
+    budget = budget_of(graph, fraction)
+    found = solved(graph, budget, 3)
+    if found is None:
+        return
+    lazy = probe.lazy(found[0], len(graph.ops))
+    rewritten = apply_recompute(graph, *probe.as_rounds(graph, lazy))
+    back = probe.answer_of(graph, rewritten)
+    assert (peak(probe.rebuilt(graph, back)), cost(probe.rebuilt(graph, back))) == (peak(rewritten), cost(rewritten))
