@@ -36,7 +36,7 @@ from mpplan.capture.graph_file import load_graph
 from mpplan.config import Device
 from mpplan.graph import Graph
 from mpplan.passes.remat import apply_recompute, build_model, remat
-from mpplan.passes.remat.result import result_of
+from mpplan.passes.remat.result import RematResult, result_of
 from mpplan.passes.remat.cutexact import CutChoice, choice_of_point, option_of, solve_program, warm_point
 from mpplan.passes.remat.cutmilp2 import DoubleProgram, double_names, double_program, neighbours
 from mpplan.passes.remat.cutmulti import search_multi
@@ -57,24 +57,17 @@ FOCUS = ("all", "over", "over+inputs")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="250", help="random_layered_n<size>")
-    parser.add_argument("--fraction", type=float, default=0.8, help="budget as a fraction of static + LOAD")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="remat's seconds (solver: auto)")
+    add_cell_arguments(parser)
     parser.add_argument("--multi", type=float, default=60.0, help="seconds of the double-drop search")
     parser.add_argument("--seconds", type=float, default=400.0, help="the MILP's seconds")
     parser.add_argument("--max-nonzeros", type=int, default=8_000_000, help="the MILP's size cap")
     parser.add_argument("--focus", choices=FOCUS, default="all", help="the candidates the MILP may recompute")
     args = parser.parse_args()
-    (path,) = SHARED_DATA.glob(f"random_layered_n{args.size}_*.json")
-    graph = load_graph(path)
+    graph, r = auto_cell(args)
     total = sum(op.cost for op in graph.ops)
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} load {os.getloadavg()}", flush=True)
-    clock = time.perf_counter()
-    r = remat(graph, "budget", budget=args.fraction, solver="auto", time_limit_s=args.time_limit)
     assert r.budget_bytes is not None
     limit = r.budget_bytes
     names, from_ops = tuple(repeated_op(op) for op in r.recompute_ops), dict(r.from_ops)
-    print(f"auto: {100 * r.compute_overhead:.2f}% ({r.solver}, {time.perf_counter() - clock:.1f}s)", flush=True)
     clock = time.perf_counter()
     found = search_multi(graph, names, from_ops, limit, clock + args.multi)
     if found is not None:
@@ -105,6 +98,24 @@ def main() -> None:
     print(f"MILP: {100 * cost / total:.2f}% ({twice} tensors dropped twice) {choice.status}, proved >= {bound} "
           f"for its family, {seconds:.1f}s; verified: sim peak <= budget, plan passes mpplan.verify", flush=True)
     print(f"end load {os.getloadavg()}", flush=True)
+
+
+def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cell's options, shared by the probes: graph size, budget fraction, ``remat``'s seconds."""
+    parser.add_argument("--size", default="250", help="random_layered_n<size>")
+    parser.add_argument("--fraction", type=float, default=0.8, help="budget as a fraction of static + LOAD")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="remat's seconds (solver: auto)")
+
+
+def auto_cell(args: argparse.Namespace) -> tuple[Graph, RematResult]:
+    """The cell's graph and ``remat``'s ``solver: auto`` answer on it, printed with the time and load."""
+    (path,) = SHARED_DATA.glob(f"random_layered_n{args.size}_*.json")
+    graph = load_graph(path)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} load {os.getloadavg()}", flush=True)
+    clock = time.perf_counter()
+    r = remat(graph, "budget", budget=args.fraction, solver="auto", time_limit_s=args.time_limit)
+    print(f"auto: {100 * r.compute_overhead:.2f}% ({r.solver}, {time.perf_counter() - clock:.1f}s)", flush=True)
+    return graph, r
 
 
 def focus_candidates(model: RematModel, limit: int, inputs: bool) -> set[int]:

@@ -4,23 +4,25 @@ Solves the fixed-order remat problem with CP-SAT over retention intervals (the e
 Moccasin, Bartan et al., ICML 2023, written anew here, with up to ``--copies`` intervals per
 tensor: 3 allows a tensor dropped twice), warm-started from ``remat``'s ``solver: auto``
 answer.  Time is a grid of stages: stage ``t`` holds a slot for a recompute of each earlier op,
-in position order, then op ``t``.  Each op's output is held over intervals, the first from its
-own slot, each later one from a recompute's slot; an op (or a recompute) reads each input
-from an interval covering its slot; CP-SAT's cumulative bounds the bytes held by the budget.
+then op ``t`` (``slot``).  Each op's output is held over intervals, the first from its own
+slot, each later one from a recompute's slot; an op (or a recompute) reads each input from an
+interval covering its slot; CP-SAT's cumulative bounds the bytes held by the budget.
 
 The answer is checked three ways: rebuilt as the op sequence it describes (``sim`` peak within
-the budget, cost equal to the objective); made lazy (each recompute moved to its first reader's
-stage, as ``apply_recompute`` places them) and rebuilt again; and, lazy, expressed as
-``apply_recompute``'s rounds (op names and cut points, a tensor dropped twice as a second
-round), whose rewrite must give the same peak and pass ``mpplan.verify``: an answer in
-mpplan's own family, which the planner records and runs.
+the budget; op costs are whole, so its cost is the objective's); made lazy (each recompute
+moved to its first reader's stage, as ``apply_recompute`` anchors it) and rebuilt again; and,
+lazy, expressed as ``apply_recompute``'s rounds (op names and cut points, a tensor dropped
+twice as a second round), whose rewrite must fit the budget and pass ``mpplan.verify`` (the
+tests hold it equal to the lazy op sequence): an answer in mpplan's own family, which the
+planner records and runs.  ``--free`` drops the rules that keep answers in that family.
 
-Scope: graphs of single-output ops with no views, in-place writes, graph inputs or static
-bytes (the random layered graphs).
+Scope: graphs of single-output activations at whole op costs, with no views, in-place writes,
+graph inputs or static bytes (the random layered graphs).
 
 Rerun: ``python scripts/probe_remat_intervals.py [--size 250] [--fraction 0.8] [--time-limit 60]
-[--seconds 300] [--copies 3] [--workers 8] [--seed 0]``  (from a checkout other than the
-installed one: ``PYTHONPATH=. python scripts/...``; needs ``ortools``, the test extra).
+[--seconds 300] [--copies 3] [--workers 8] [--seed 0] [--presolve] [--free]``  (from a checkout
+other than the installed one: ``PYTHONPATH=.:scripts python scripts/...``; needs ``ortools``,
+the test extra).
 """
 
 from __future__ import annotations
@@ -32,16 +34,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchlib import SHARED_DATA
 from ortools.sat.python import cp_model
-from probe_remat_doubles import verified_cost
+from probe_remat_doubles import add_cell_arguments, auto_cell, verified_cost
 
 from mpplan import sim
-from mpplan.capture.graph_file import load_graph
-from mpplan.graph import Graph, Op
-from mpplan.passes.remat import remat
+from mpplan.graph import Graph, Kind, Op
 from mpplan.passes.remat.model import SUFFIX
-from mpplan.passes.remat.rewriting import repeated_op
 
 #: A copy of an op's output: (op position, copy number; 0 is the original).
 Copy = tuple[int, int]
@@ -50,8 +48,8 @@ Copy = tuple[int, int]
 @dataclass(frozen=True)
 class Answer:
     """Stage of each recompute copy and, per read, the copy that serves it:
-    ``serves[(reader copy, input position)]`` is the input's copy number; ``rounds``: the
-    grid's (``slot``)."""
+    ``serves[(reader copy, input position)]`` is the input's copy number; ``rounds``: whether
+    the grid puts a stage's second recomputes after its first ones (``slot``)."""
 
     stage: dict[Copy, int]
     serves: dict[tuple[Copy, int], int]
@@ -65,6 +63,7 @@ class Program:
     model: cp_model.CpModel
     present: dict[Copy, cp_model.IntVar]
     stage: dict[Copy, cp_model.IntVar]
+    start: dict[Copy, Any]  # a variable for a recompute, a number for an original
     end: dict[Copy, cp_model.IntVar]
     length: dict[Copy, cp_model.IntVar]
     reads: dict[tuple[Copy, int, int], cp_model.IntVar]  # (reader copy, input position, input copy)
@@ -72,15 +71,17 @@ class Program:
 
 
 def check_scope(graph: Graph) -> None:
-    """``ValueError`` unless every op makes one output from earlier ops' outputs, with no
-    views, in-place writes or static bytes (the module docstring's scope)."""
+    """``ValueError`` unless every op makes one activation from earlier ops' outputs, at a
+    whole cost, with no views, in-place writes or static bytes (the module docstring's scope)."""
     made = set()
     for op in graph.ops:
         if len(op.outputs) != 1 or op.in_place or any(name not in made for name in op.inputs):
             raise ValueError(f"op {op.name!r}: outside the probe's scope (one output, inputs made by earlier ops)")
         made.add(op.outputs[0])
-    if any(t.alias_of for t in graph.tensors) or sim.static_bytes(graph):
-        raise ValueError(f"graph {graph.name!r}: views or static bytes are outside the probe's scope")
+    if any(t.alias_of or t.kind is not Kind.ACTIVATION for t in graph.tensors) or sim.static_bytes(graph):
+        raise ValueError(f"graph {graph.name!r}: views, static bytes or non-activations are outside the probe's scope")
+    if not all(float(op.cost).is_integer() for op in graph.ops):
+        raise ValueError(f"graph {graph.name!r}: fractional op costs are outside the probe's scope (CP-SAT's integer objective)")
 
 
 def inputs_of(graph: Graph) -> list[list[int]]:
@@ -89,14 +90,18 @@ def inputs_of(graph: Graph) -> list[list[int]]:
     return [list(dict.fromkeys(producer[name] for name in op.inputs)) for op in graph.ops]
 
 
-def slot(n: int, stage: Any, position: int, copy: int, rounds: bool = True) -> Any:
+def slot(n: int, stage: Any, position: int, copy: int, rounds: bool = True, first: Any = 0) -> Any:
     """The grid's time of copy ``copy`` of op ``position`` made in ``stage``: a stage's
-    recomputes in position order, with ``rounds`` its first ones before its second ones (round
-    two of ``apply_recompute`` places them before their first original reader, after round
-    one's), then op ``stage`` itself.  ``stage`` may be a CP-SAT variable (the time is then an
-    expression)."""
-    band = 2 if copy == 0 else (copy - 1 if rounds else 0)
-    return stage * 3 * n + band * n + (stage if copy == 0 else position)
+    recomputes, then op ``stage`` itself.  Without ``rounds`` the recomputes run in position
+    order; with it, first recomputes in position order, then second ones in the order round two
+    of ``apply_recompute`` emits them: by the stage of their first recompute (``first``), then
+    position.  ``stage`` and ``first`` may be CP-SAT variables (the time is then an expression)."""
+    width = n * n + 2 * n
+    if copy == 0:
+        return stage * width + n * n + n + stage
+    if copy == 1 or not rounds:
+        return stage * width + position
+    return stage * width + n + first * n + position
 
 
 def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Program:
@@ -106,6 +111,7 @@ def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Prog
     latest recompute of the same round or an earlier one, made before it or not (as
     ``apply_recompute`` re-points it); without it, a recompute may serve only other recomputes
     (a chain that ``apply_recompute``'s cut points cannot say) and read any copy held."""
+    assert copies in (2, 3), "the grid has bands for two recomputes per tensor"
     n = len(graph.ops)
     preds = inputs_of(graph)
     read_by: list[list[int]] = [[] for _ in range(n)]
@@ -114,20 +120,21 @@ def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Prog
             read_by[u].append(v)
     size = {t.name: t.nbytes for t in graph.tensors}
     outputs = set(graph.outputs)
-    horizon = slot(n, n, 0, 1)
+    horizon = slot(n, n, 0, 1)  # past every stage
     cp = cp_model.CpModel()
     present, stage, start, end, length, intervals, sizes = {}, {}, {}, {}, {}, [], []
     for q, op in enumerate(graph.ops):
-        for c in range(copies if read_by[q] else 1):
+        for c in range(copies if read_by[q] and op.outputs[0] not in outputs else 1):
             if c == 0:
                 present[q, c], start[q, c] = cp.new_constant(1), slot(n, q, q, 0)
             else:
                 present[q, c] = cp.new_bool_var(f"p{q}.{c}")
                 stage[q, c] = cp.new_int_var(q + 1, n - 1, f"t{q}.{c}")
-                start[q, c] = slot(n, stage[q, c], q, c, rounds)
+                start[q, c] = cp.new_int_var(0, horizon, f"s{q}.{c}")  # an interval's start: one variable
+                cp.add(start[q, c] == slot(n, stage[q, c], q, c, rounds, stage.get((q, 1), 0)))
                 cp.add_implication(present[q, c], present[q, c - 1])
                 cp.add(end[q, c - 1] <= start[q, c]).only_enforce_if(present[q, c])
-            end[q, c] = cp.new_int_var(horizon if c == 0 and op.outputs[0] in outputs else 0, horizon, f"e{q}.{c}")
+            end[q, c] = cp.new_int_var(horizon if op.outputs[0] in outputs else 0, horizon, f"e{q}.{c}")
             length[q, c] = cp.new_int_var(1, horizon, f"l{q}.{c}")
             intervals.append(cp.new_optional_interval_var(start[q, c], length[q, c], end[q, c], present[q, c],
                                                           f"i{q}.{c}"))
@@ -156,7 +163,7 @@ def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Prog
             cp.add_bool_or(served).only_enforce_if(p)
     cp.add_cumulative(intervals, sizes, capacity)
     cp.minimize(sum(round(graph.ops[q].cost) * p for (q, c), p in present.items() if c))
-    return Program(cp, present, stage, end, length, reads, rounds)
+    return Program(cp, present, stage, start, end, length, reads, rounds)
 
 
 def answer_of(graph: Graph, rewritten: Graph) -> Answer:
@@ -184,12 +191,13 @@ def answer_of(graph: Graph, rewritten: Graph) -> Answer:
 
 def hint(program: Program, graph: Graph, answer: Answer) -> None:
     """Warm-start ``program`` from ``answer`` with every variable hinted (ends at the last read,
-    a graph output's original at the end)."""
+    a graph output's original at the end).  A warm start outside the model (a read it forbids,
+    say) is a hint CP-SAT repairs or drops, no error."""
     n = len(graph.ops)
     cp = program.model
     outputs = {k for k, op in enumerate(graph.ops) if op.outputs[0] in graph.outputs}
-    begin = {(q, c): slot(n, q if c == 0 else answer.stage.get((q, c), q + 1), q, c, answer.rounds)
-             for q, c in program.present}
+    begin = {(q, c): slot(n, q if c == 0 else answer.stage.get((q, c), q + 1), q, c, answer.rounds,
+                          answer.stage.get((q, 1), q + 1)) for q, c in program.present}
     finish: dict[Copy, int] = {key: begin[key] + 1 for key in program.present}
     for (reader, u), i in answer.serves.items():
         finish[u, i] = max(finish[u, i], begin[reader] + 1)
@@ -199,6 +207,7 @@ def hint(program: Program, graph: Graph, answer: Answer) -> None:
         if key[1]:
             cp.add_hint(p, key in answer.stage)
             cp.add_hint(program.stage[key], answer.stage.get(key, key[0] + 1))
+            cp.add_hint(program.start[key], begin[key])
         cp.add_hint(program.end[key], finish[key])
         cp.add_hint(program.length[key], finish[key] - begin[key])
     for (reader, u, i), x in program.reads.items():
@@ -223,23 +232,21 @@ def solve(program: Program, seconds: float, workers: int, seed: int,
     return Answer(stage, serves, program.rounds), status == cp_model.OPTIMAL
 
 
-def lazy(answer: Answer, n: int) -> Answer:
-    """``answer`` with each recompute moved as late as its first reader allows (its stage,
-    or the one before where the grid puts the reader first; a recompute's readers come later
-    in position, so one pass from the last op back settles them)."""
-    readers: dict[Copy, list[Copy]] = {}
-    for (reader, u), i in answer.serves.items():
-        readers.setdefault((u, i), []).append(reader)
-    stage = dict(answer.stage)
-
-    def latest(q: int, c: int, reader: Copy) -> int:
-        t = reader[0] if reader[1] == 0 else stage[reader]
-        before = slot(n, t, q, c, answer.rounds) < slot(n, t, reader[0], reader[1], answer.rounds)
-        return t if before else t - 1
-
+def lazy(answer: Answer) -> Answer:
+    """``answer`` with each recompute moved to the stage of its first reader, as
+    ``apply_recompute`` anchors it (a recompute's readers come later in position, so one pass
+    from the last op back settles them).  With ``rounds``, a first recompute moved past the
+    cut of its input's second recompute (its first original reader) reads that second one, as
+    round two re-points it."""
+    serves, stage = dict(answer.serves), dict(answer.stage)
+    cut = {u: min(v for ((v, j), w), i in serves.items() if (w, i, j) == (u, 2, 0))
+           for u, c in stage if c == 2 and answer.rounds}
     for q, c in sorted(stage, reverse=True):
-        stage[q, c] = min(latest(q, c, reader) for reader in readers[q, c])
-    return Answer(stage, answer.serves, answer.rounds)
+        stage[q, c] = min(v if j == 0 else stage[v, j] for ((v, j), u), i in serves.items() if (u, i) == (q, c))
+        for (reader, u), i in list(serves.items()):
+            if reader == (q, c) == (q, 1) and i == 1 and u in cut and stage[q, 1] > cut[u]:
+                serves[reader, u] = 2
+    return Answer(stage, serves, answer.rounds)
 
 
 def rebuilt(graph: Graph, answer: Answer) -> Graph:
@@ -257,7 +264,8 @@ def rebuilt(graph: Graph, answer: Answer) -> Graph:
     tensors = {t.name: t for t in graph.tensors}
     ops, made = [], []
     for t in range(n):
-        for q, c in sorted([*by_stage.get(t, []), (t, 0)], key=lambda key: slot(n, t, *key, answer.rounds)):
+        for q, c in sorted([*by_stage.get(t, []), (t, 0)],
+                           key=lambda key: slot(n, t, *key, answer.rounds, answer.stage.get((key[0], 1), 0))):
             op = graph.ops[q]
             ins = tuple(name(graph.ops[u].outputs[0], answer.serves[(q, c), u]) for u in preds[q])
             out = name(op.outputs[0], c)
@@ -266,12 +274,12 @@ def rebuilt(graph: Graph, answer: Answer) -> Graph:
     return Graph(graph.name, tuple(made), tuple(ops), graph.outputs).validate()
 
 
-def rounds_say(answer: Answer) -> bool:
-    """Whether ``as_rounds`` expresses ``answer``: every recompute serves an original op and
-    no second recompute serves a first one (``build``'s ``rounds``)."""
+def outside_rounds(answer: Answer) -> list[Copy]:
+    """The recomputes that keep ``as_rounds`` from expressing ``answer``: those serving no
+    original op, and second ones serving a first one (``build``'s ``rounds`` forbids both)."""
     cut = {(u, i) for (reader, u), i in answer.serves.items() if i and reader[1] == 0}
-    second_to_first = any(i == 2 and reader[1] == 1 for (reader, _), i in answer.serves.items())
-    return cut >= answer.stage.keys() and not second_to_first
+    second_to_first = {(u, 2) for (reader, u), i in answer.serves.items() if i == 2 and reader[1] == 1}
+    return sorted((answer.stage.keys() - cut) | second_to_first)
 
 
 def as_rounds(graph: Graph, answer: Answer) -> tuple[list[str], dict[str, str]]:
@@ -292,9 +300,7 @@ def as_rounds(graph: Graph, answer: Answer) -> tuple[list[str], dict[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="250", help="random_layered_n<size>")
-    parser.add_argument("--fraction", type=float, default=0.8, help="budget as a fraction of static + LOAD")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="remat's seconds (solver: auto)")
+    add_cell_arguments(parser)
     parser.add_argument("--seconds", type=float, default=300.0, help="CP-SAT's seconds")
     parser.add_argument("--copies", type=int, default=3, choices=(2, 3), help="intervals per tensor at most")
     parser.add_argument("--workers", type=int, default=8, help="CP-SAT workers")
@@ -303,16 +309,11 @@ def main() -> None:
     parser.add_argument("--free", action="store_true",
                         help="let a recompute serve only other recomputes (answers outside apply_recompute's rounds)")
     args = parser.parse_args()
-    (path,) = SHARED_DATA.glob(f"random_layered_n{args.size}_*.json")
-    graph = load_graph(path)
+    graph, r = auto_cell(args)
     check_scope(graph)
     total = sum(op.cost for op in graph.ops)
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} load {os.getloadavg()}", flush=True)
-    clock = time.perf_counter()
-    r = remat(graph, "budget", budget=args.fraction, solver="auto", time_limit_s=args.time_limit)
     assert r.budget_bytes is not None
     limit = r.budget_bytes
-    print(f"auto: {100 * r.compute_overhead:.2f}% ({r.solver}, {time.perf_counter() - clock:.1f}s)", flush=True)
     program = build(graph, limit, args.copies, rounds=not args.free)
     warm = answer_of(graph, r.graph)
     if max((c for _, c in warm.stage), default=0) < args.copies:
@@ -323,7 +324,7 @@ def main() -> None:
         print(f"CP-SAT: no answer in {time.perf_counter() - clock:.1f}s", flush=True)
         return
     found = solved[0]
-    late = lazy(found, len(graph.ops))
+    late = lazy(found)
     for label, answer in (("as found", found), ("lazy", late)):
         sequence = rebuilt(graph, answer)
         cost = sum(op.cost for op in sequence.ops if op.recompute_of)
@@ -333,8 +334,13 @@ def main() -> None:
     if sim.given_peak(rebuilt(graph, late)) > limit:
         print("made lazy, the answer no longer fits: not apply_recompute's", flush=True)
         return
-    if args.free and not rounds_say(late):
-        print("not apply_recompute's rounds: a recompute serves only other recomputes", flush=True)
+    blocking = outside_rounds(late)
+    if blocking:
+        print("not apply_recompute's rounds (a recompute serving no op, or a second one serving a first): "
+              + "; ".join(f"{graph.ops[q].name}'s recompute {c} (cost {graph.ops[q].cost:g}) read by "
+                          + ", ".join(graph.ops[v].name + (f"'s recompute {j}" if j else "")
+                                      for (v, j), u in late.serves if u == q and late.serves[(v, j), u] == c)
+                          for q, c in blocking), flush=True)
         return
     names, from_ops = as_rounds(graph, late)
     cost = verified_cost(graph, tuple(names), from_ops, limit)
