@@ -39,7 +39,7 @@ from probe_remat_doubles import add_cell_arguments, auto_cell, verified_cost
 
 from mpplan import sim
 from mpplan.graph import Graph, Kind, Op
-from mpplan.passes.remat.model import SUFFIX
+from mpplan.passes.remat.model import NEVER, SUFFIX
 
 #: A copy of an op's output: (op position, copy number; 0 is the original).
 Copy = tuple[int, int]
@@ -232,15 +232,20 @@ def solve(program: Program, seconds: float, workers: int, seed: int,
     return Answer(stage, serves, program.rounds), status == cp_model.OPTIMAL
 
 
+def second_cuts(answer: Answer) -> dict[int, int]:
+    """Per op dropped twice, the first original op its second recompute serves: its cut point
+    in round two."""
+    return {u: min(v for ((v, j), w), i in answer.serves.items() if (w, i, j) == (u, 2, 0))
+            for u, c in answer.stage if c == 2 and any((w, i, j) == (u, 2, 0)
+                                                      for ((_, j), w), i in answer.serves.items())}
+
+
 def lazy(answer: Answer) -> Answer:
     """``answer`` with each recompute moved to the stage of its first reader, as
     ``apply_recompute`` anchors it (a recompute's readers come later in position, so one pass
-    from the last op back settles them).  With ``rounds``, a first recompute moved past the
-    cut of its input's second recompute (its first original reader) reads that second one, as
-    round two re-points it."""
-    serves, stage = dict(answer.serves), dict(answer.stage)
-    cut = {u: min(v for ((v, j), w), i in serves.items() if (w, i, j) == (u, 2, 0))
-           for u, c in stage if c == 2 and answer.rounds}
+    from the last op back settles them); a first recompute moved past the cut of its input's
+    second recompute reads that second one, as round two re-points it."""
+    serves, stage, cut = dict(answer.serves), dict(answer.stage), second_cuts(answer)
     for q, c in sorted(stage, reverse=True):
         stage[q, c] = min(v if j == 0 else stage[v, j] for ((v, j), u), i in serves.items() if (u, i) == (q, c))
         for (reader, u), i in list(serves.items()):
@@ -275,11 +280,20 @@ def rebuilt(graph: Graph, answer: Answer) -> Graph:
 
 
 def outside_rounds(answer: Answer) -> list[Copy]:
-    """The recomputes that keep ``as_rounds`` from expressing ``answer``: those serving no
-    original op, and second ones serving a first one (``build``'s ``rounds`` forbids both)."""
-    cut = {(u, i) for (reader, u), i in answer.serves.items() if i and reader[1] == 0}
-    second_to_first = {(u, 2) for (reader, u), i in answer.serves.items() if i == 2 and reader[1] == 1}
-    return sorted((answer.stage.keys() - cut) | second_to_first)
+    """The recomputes that keep ``as_rounds`` from expressing a lazy ``answer``: those serving
+    no original op (no cut point), and those reading another copy than ``apply_recompute``
+    points them at (their input's latest recompute of their round or before, or its second one
+    once past that one's cut)."""
+    served = {(u, i) for (reader, u), i in answer.serves.items() if i and reader[1] == 0}
+    blocking = set(answer.stage) - served
+    cut = second_cuts(answer)
+    for ((v, j), u), i in answer.serves.items():
+        if j:
+            latest = max(c for c in range(j + 1) if c == 0 or (u, c) in answer.stage)
+            past = (u, j + 1) in answer.stage and answer.stage[v, j] > cut.get(u, NEVER)
+            if i != (j + 1 if past else latest):
+                blocking.add((v, j))
+    return sorted(blocking)
 
 
 def as_rounds(graph: Graph, answer: Answer) -> tuple[list[str], dict[str, str]]:
@@ -336,11 +350,8 @@ def main() -> None:
         return
     blocking = outside_rounds(late)
     if blocking:
-        print("not apply_recompute's rounds (a recompute serving no op, or a second one serving a first): "
-              + "; ".join(f"{graph.ops[q].name}'s recompute {c} (cost {graph.ops[q].cost:g}) read by "
-                          + ", ".join(graph.ops[v].name + (f"'s recompute {j}" if j else "")
-                                      for (v, j), u in late.serves if u == q and late.serves[(v, j), u] == c)
-                          for q, c in blocking), flush=True)
+        print("not apply_recompute's rounds (a recompute with no cut point, or reading another copy than the "
+              "rewrite would): " + ", ".join(f"{graph.ops[q].name}'s recompute {c}" for q, c in blocking), flush=True)
         return
     names, from_ops = as_rounds(graph, late)
     cost = verified_cost(graph, tuple(names), from_ops, limit)

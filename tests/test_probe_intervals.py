@@ -68,6 +68,7 @@ def test_answers_fit_and_map_onto_rounds_faithfully(graph: Graph, fraction: floa
     assert peak(probe.rebuilt(graph, answer)) <= budget
     lazy = probe.lazy(answer)
     sequence = probe.rebuilt(graph, lazy)
+    assert not probe.outside_rounds(lazy)
     names, from_ops = probe.as_rounds(graph, lazy)
     rewritten = apply_recompute(graph, names, from_ops)
     assert (peak(rewritten), cost(rewritten)) == (peak(sequence), cost(sequence))
@@ -96,6 +97,7 @@ def agrees_with_the_rewrite(graph: Graph, answer: probe.Answer) -> None:
             program.model.add(x == int(answer.serves[reader, u] == i))
     assert probe.solve(program, 10.0, workers=1, seed=0) is not None
     lazy = probe.lazy(answer)
+    assert not probe.outside_rounds(lazy)
     rewritten = apply_recompute(graph, *probe.as_rounds(graph, lazy))
     assert probe.answer_of(graph, rewritten) == lazy
     assert (peak(rewritten), cost(rewritten)) == (peak(probe.rebuilt(graph, lazy)), cost(probe.rebuilt(graph, lazy)))
