@@ -196,7 +196,7 @@ def hint(program: Program, graph: Graph, answer: Answer) -> None:
     n = len(graph.ops)
     cp = program.model
     outputs = {k for k, op in enumerate(graph.ops) if op.outputs[0] in graph.outputs}
-    begin = {(q, c): slot(n, q if c == 0 else answer.stage.get((q, c), q + 1), q, c, answer.rounds,
+    begin = {(q, c): slot(n, q if c == 0 else answer.stage.get((q, c), q + 1), q, c, program.rounds,
                           answer.stage.get((q, 1), q + 1)) for q, c in program.present}
     finish: dict[Copy, int] = {key: begin[key] + 1 for key in program.present}
     for (reader, u), i in answer.serves.items():
@@ -338,7 +338,7 @@ def main() -> None:
         print(f"CP-SAT: no answer in {time.perf_counter() - clock:.1f}s", flush=True)
         return
     found = solved[0]
-    late = lazy(found)
+    late = dataclasses.replace(lazy(found), rounds=True)  # in the order apply_recompute would run it
     for label, answer in (("as found", found), ("lazy", late)):
         sequence = rebuilt(graph, answer)
         cost = sum(op.cost for op in sequence.ops if op.recompute_of)

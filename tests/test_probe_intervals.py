@@ -9,12 +9,14 @@ rewrite read back as an answer (the warm start) rebuilds to itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 
 from conftest import REPO
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from ortools.sat.python import cp_model
 from test_remat_cuts import peak
 
 from mpplan import sim
@@ -177,3 +179,36 @@ def test_a_rewrite_read_back_rebuilds_to_itself(graph: Graph, fraction: float) -
     rewritten = apply_recompute(graph, *probe.as_rounds(graph, lazy))
     back = probe.answer_of(graph, rewritten)
     assert (peak(probe.rebuilt(graph, back)), cost(probe.rebuilt(graph, back))) == (peak(rewritten), cost(rewritten))
+
+
+def test_a_free_answer_is_checked_in_the_order_the_rewrite_runs() -> None:
+    """Without rounds the grid runs a stage's recomputes in position order, so a second
+    recompute may precede a first one; the rewrite runs round one first.  The answer the probe
+    fits and maps is the lazy one in the rewrite's order: its peak is the rewrite's."""
+    graph = chain({0: [], 1: [0], 2: [1], 3: [], 4: [3, 2], 5: [4, 1], 6: [5], 7: [6], 8: [7, 1, 3]},
+                  [30, 50, 1, 40, 1, 1, 1, 1, 1])
+    serves = {((v, 0), u): 0 for v in range(9) for u in probe.inputs_of(graph)[v]}
+    serves |= {((5, 0), 1): 1, ((8, 0), 1): 2, ((8, 0), 3): 1, ((1, 1), 0): 0, ((1, 2), 0): 0}
+    free = probe.Answer({(1, 1): 5, (1, 2): 8, (3, 1): 8}, serves, rounds=False)
+    late = dataclasses.replace(probe.lazy(free), rounds=True)
+    assert not probe.outside_rounds(late)
+    rewritten = apply_recompute(graph, *probe.as_rounds(graph, late))
+    assert peak(rewritten) == peak(probe.rebuilt(graph, late)) != peak(probe.rebuilt(graph, free))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered(), st.floats(0.0, 0.99), st.booleans())
+def test_a_rewrite_is_a_warm_start_either_model_takes(graph: Graph, fraction: float, rounds: bool) -> None:
+    """A rewrite read back (``answer_of``), hinted with its recomputes fixed, completes to a
+    solution of the model with rounds and without (whose grid orders a stage differently)."""
+    budget = budget_of(graph, fraction)
+    found = solved(graph, budget, 3)
+    if found is None:
+        return
+    rewritten = apply_recompute(graph, *probe.as_rounds(graph, probe.lazy(found[0])))
+    program = probe.build(graph, peak(rewritten), 3, rounds=rounds)
+    probe.hint(program, graph, probe.answer_of(graph, rewritten))
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    assert solver.solve(program.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
