@@ -232,12 +232,18 @@ def solve(program: Program, seconds: float, workers: int, seed: int,
     return Answer(stage, serves, program.rounds), status == cp_model.OPTIMAL
 
 
+def cut_points(answer: Answer) -> dict[Copy, int]:
+    """Per recompute, the first original op it serves: its cut point (``from_ops``) in its round."""
+    first: dict[Copy, int] = {}
+    for (reader, u), i in answer.serves.items():
+        if i and reader[1] == 0:
+            first[u, i] = min(first.get((u, i), reader[0]), reader[0])
+    return first
+
+
 def second_cuts(answer: Answer) -> dict[int, int]:
-    """Per op dropped twice, the first original op its second recompute serves: its cut point
-    in round two."""
-    return {u: min(v for ((v, j), w), i in answer.serves.items() if (w, i, j) == (u, 2, 0))
-            for u, c in answer.stage if c == 2 and any((w, i, j) == (u, 2, 0)
-                                                      for ((_, j), w), i in answer.serves.items())}
+    """Per op dropped twice, its second recompute's cut point in round two."""
+    return {u: v for (u, c), v in cut_points(answer).items() if c == 2}
 
 
 def lazy(answer: Answer) -> Answer:
@@ -284,8 +290,7 @@ def outside_rounds(answer: Answer) -> list[Copy]:
     no original op (no cut point), and those reading another copy than ``apply_recompute``
     points them at (their input's latest recompute of their round or before, or its second one
     once past that one's cut)."""
-    served = {(u, i) for (reader, u), i in answer.serves.items() if i and reader[1] == 0}
-    blocking = set(answer.stage) - served
+    blocking = answer.stage.keys() - cut_points(answer).keys()
     cut = second_cuts(answer)
     for ((v, j), u), i in answer.serves.items():
         if j:
@@ -300,10 +305,7 @@ def as_rounds(graph: Graph, answer: Answer) -> tuple[list[str], dict[str, str]]:
     """A lazy ``answer`` (up to three copies) as ``apply_recompute``'s names and cut points:
     first recomputes in round one, second ones in round two (``F@recompute`` again), each cut
     at the first original op it serves (``build`` makes each serve one)."""
-    first: dict[Copy, int] = {}
-    for (reader, u), i in answer.serves.items():
-        if i and reader[1] == 0:
-            first[u, i] = min(first.get((u, i), reader[0]), reader[0])
+    first = cut_points(answer)
     names, from_ops = [], {}
     for q, c in sorted(answer.stage, key=lambda key: key[1]):
         op = graph.ops[q]
@@ -341,11 +343,10 @@ def main() -> None:
     late = dataclasses.replace(lazy(found), rounds=True)  # in the order apply_recompute would run it
     for label, answer in (("as found", found), ("lazy", late)):
         sequence = rebuilt(graph, answer)
-        cost = sum(op.cost for op in sequence.ops if op.recompute_of)
+        cost, held = sum(op.cost for op in sequence.ops if op.recompute_of), sim.given_peak(sequence)
         print(f"CP-SAT, {label}: {100 * cost / total:.3f}% ({len(answer.stage)} recomputes, "
-              f"{sum(c == 2 for _, c in answer.stage)} second ones), sim peak {sim.given_peak(sequence):,} "
-              f"of {limit:,}", flush=True)
-    if sim.given_peak(rebuilt(graph, late)) > limit:
+              f"{sum(c == 2 for _, c in answer.stage)} second ones), sim peak {held:,} of {limit:,}", flush=True)
+    if held > limit:  # the lazy answer's, the loop's last
         print("made lazy, the answer no longer fits: not apply_recompute's", flush=True)
         return
     blocking = outside_rounds(late)
