@@ -37,7 +37,8 @@ class RematRecord(Mapping[str, Any]):
     A later round's record names a recompute op as ``op`` (``F@recompute``): it repeats
     that recompute.  ``bytes`` is the recomputed tensor's size.  ``from_op``, when
     stated, is the op of the round's graph from which on readers of ``tensor`` read
-    ``recompute_tensor`` (the start of its late region, chosen by the solver); absent, the
+    ``recompute_tensor`` (the start of its late region, chosen by the solver), or
+    ``@recomputes`` when only other recomputes of the round read it (a chain link); absent, the
     late region starts where the remat model's rule puts it (the first backward op, or the
     tensor's largest gap), as in plans made before the field.  Several records of one
     tensor, over successive rounds, keep it over several retention intervals.  Equal to

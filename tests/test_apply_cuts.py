@@ -195,6 +195,7 @@ def test_a_cut_apply_cannot_honour_is_one_plan_error_naming_the_record() -> None
     after = next(name for name in ops[ops.index(last_reader) + 1:] if program.op_phases[name] == "backward")
     optimizer_op = next(name for name in ops if program.op_phases[name] == "optimizer")
     for cut, why in (("relu", "is in the forward phase"), ("nowhere", "is no op of the graph"),
+                     ("@recomputes", "is no op of the graph"),  # a chain link: graphs without a backward pass
                      (optimizer_op, "is in the optimizer phase"), (after, "comes after the last of them")):
         with pytest.raises(PlanError, match=rf"^plan remat\[1\]: tensor {record['tensor']!r} has from_op {cut!r}; "
                                             rf"apply\(\) recomputes before one of the tensor's backward readers, "

@@ -14,10 +14,10 @@ from test_remat import training_graphs
 from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, uneven
 
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import apply_recompute, build_model
+from mpplan.passes.remat import NEVER, RECOMPUTES_ONLY, apply_recompute, build_model
 from mpplan.passes.remat.result import result_of
-from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts, warm_point
-from mpplan.passes.remat.cutmilp import CutProgram, cut_options
+from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts, solve_program, warm_point
+from mpplan.passes.remat.cutmilp import CutOption, CutProgram, cut_options
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.passes.remat.cutsearch import with_cuts
 from mpplan.passes.remat.evaluation import evaluate
@@ -60,13 +60,37 @@ def small_dags(draw: st.DrawFn) -> Graph:
     return Graph("dag", tuple(tensors), tuple(ops), ("out",)).validate()
 
 
+def unlinked(options: list[list[CutOption]]) -> list[list[CutOption]]:
+    """``options`` less every chain link (``RECOMPUTES_ONLY``): the family before links."""
+    return [[o for o in opts if o.first_late < NEVER] or opts for opts in options]
+
+
 def test_the_milp_cuts_uneven_at_the_shorter_gap_and_refuses_under_it() -> None:
     graph = uneven()
     model = build_model(graph)
     found = solve_cuts(model, 320 - model.static_bytes, 10.0)
     assert found is not None and choice_names(model, found.chosen) == (("A",), {"a": "D"})
     assert milp_cost(graph, 310) == 1.0
-    assert milp_cost(graph, 309) is None and least_cut_cost(graph, 309) is None
+    assert milp_cost(graph, 308) is None and least_cut_cost(graph, 308) is None
+
+
+def test_a_chain_link_lets_the_milp_recompute_a_reader_without_holding_its_input() -> None:
+    """At 309 bytes ``C`` must be recomputed before ``D``; it reads ``b``, which no op reads
+    late.  ``B`` recomputed as a chain link (``RECOMPUTES_ONLY``: only ``C``'s recompute
+    reads it) frees ``b`` after ``C``: without links nothing fits."""
+    graph = uneven()
+    model = build_model(graph)
+    found = solve_cuts(model, 309 - model.static_bytes, 10.0)
+    assert found is not None
+    names, from_ops = choice_names(model, found.chosen)
+    assert from_ops["b"] == RECOMPUTES_ONLY and {"B", "C"} <= set(names)
+    rewritten = apply_recompute(graph, names, from_ops)
+    assert rewritten.op("C").inputs == ("a", "q1", "b") and rewritten.op("C@recompute").inputs[2] == "b@recompute"
+    assert [op.name for op in rewritten.ops if "b@recompute" in op.inputs] == ["C@recompute"]
+    assert milp_cost(graph, 309) == least_cut_cost(graph, 309) == 5.0
+    options = cut_options(model)
+    assert options is not None
+    assert solve_program(CutProgram(model, unlinked(options), 309 - model.static_bytes), 10.0) is None
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

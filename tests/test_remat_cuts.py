@@ -21,7 +21,7 @@ from mpplan.capture import synthetic
 from mpplan.config import Device
 from mpplan.errors import ConfigError, InfeasibleError, VerificationError
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import MIN_GAP, apply_recompute, build_model, remat
+from mpplan.passes.remat import MIN_GAP, RECOMPUTES_ONLY, apply_recompute, build_model, remat
 from mpplan.passes.remat.result import RematResult, result_of
 from mpplan.passes.remat.cuts import fit_cuts, fit_least_cuts
 from mpplan.plan import Plan, RematRecord, load_plan, save_plan
@@ -99,6 +99,40 @@ def test_the_verifier_rejects_a_cut_at_no_reader(start: str, message: str) -> No
         verify(graph, bad)
 
 
+def test_a_chain_link_is_read_by_recomputes_only_and_its_plan_verifies(tmp_path) -> None:
+    """``B`` recomputed as a chain link (``from_op`` ``@recomputes``): ``C`` reads ``b`` as
+    made, only ``C``'s recompute reads ``b@recompute``, made right before it, so ``b`` dies
+    after ``C`` and is not held to ``D``: 309 bytes, where the same recomputes with ``b`` cut
+    at ``C`` (its only later reader) peak at 410."""
+    graph = uneven()
+    ops, cuts = ["A", "B", "P1", "Q1", "C"], {"a": "D", "b": RECOMPUTES_ONLY, "c": "D"}
+    assert RECOMPUTES_ONLY == "@recomputes"
+    result = result_of(graph, ops, "budget", peak(graph), 0.0, from_ops=cuts)
+    rewritten = result.graph
+    assert result.peak_bytes == peak(rewritten) == 309 and result.added_cost == 5.0
+    assert rewritten.op("C").inputs == ("a", "q1", "b")
+    assert [op.name for op in rewritten.ops if "b@recompute" in op.inputs] == ["C@recompute"]
+    names = [op.name for op in rewritten.ops]
+    assert names.index("B@recompute") < names.index("C@recompute") < names.index("D")
+    assert peak(apply_recompute(graph, ops, {**cuts, "b": "C"})) == 410
+    made = planned_with(graph, result)
+    assert {r.tensor: r.from_op for r in made.remat}["b"] == RECOMPUTES_ONLY
+    loaded = load_plan(save_plan(made, tmp_path / "plan.json"))
+    verify(graph, loaded)
+    assert rematerialised(graph, loaded).content_hash == rewritten.content_hash
+
+
+def test_the_verifier_rejects_a_chain_link_no_recompute_reads() -> None:
+    """A link of ``B`` whose reader ``C`` is not recomputed makes no recompute: a record
+    listing ``B@recompute`` does not check out, and ``apply_recompute`` leaves ``B`` alone."""
+    graph = uneven()
+    assert apply_recompute(graph, ["B"], {"b": RECOMPUTES_ONLY}).content_hash == graph.content_hash
+    made = planned_with(graph, result_of(graph, ["A"], "budget", peak(graph), 0.0, from_ops={"a": "D"}))
+    forged = RematRecord("b", "B", "B@recompute", "b@recompute", 1, RECOMPUTES_ONLY)
+    with pytest.raises(VerificationError, match="not in the rewritten graph"):
+        verify(graph, dataclasses.replace(made, remat=(*made.remat, forged)))
+
+
 def test_a_cut_per_round_keeps_a_tensor_over_three_intervals() -> None:
     """Round one cuts ``a`` before ``C``; round two cuts the recompute before ``D``: ``a`` lives
     over [A, B], [C] and [D], each stretch holding neither copy."""
@@ -164,7 +198,8 @@ def test_the_budget_policy_chooses_the_cut_and_the_planner_records_it() -> None:
 
 def cut_options(graph: Graph, op: str) -> list[dict[str, str]]:
     """Every placement of the late regions of ``op``'s outputs: each output's late region
-    starts at any of its readers that follows an idle gap of ``MIN_GAP`` steps or more."""
+    starts at any of its readers that follows an idle gap of ``MIN_GAP`` steps or more, or
+    (all such outputs at once) past every op: a chain link only recomputes read."""
     topo = graph.topology
     per_output = []
     for out in graph.op(op).outputs:
@@ -173,7 +208,9 @@ def cut_options(graph: Graph, op: str) -> list[dict[str, str]]:
         starts = [b for a, b in itertools.pairwise(uses) if b - a >= MIN_GAP
                   and storage in {topo.storage_of[t] for t in topo.op_inputs[b]}]
         per_output.append([(out, graph.ops[b].name) for b in starts] or [None])
-    return [dict(x for x in combo if x is not None) for combo in itertools.product(*per_output)]
+    placements = [dict(x for x in combo if x is not None) for combo in itertools.product(*per_output)]
+    link = {x[0]: RECOMPUTES_ONLY for x, *_ in per_output if x is not None}
+    return placements + [link] if link else placements
 
 
 def least_cut_cost(graph: Graph, budget: int) -> float | None:

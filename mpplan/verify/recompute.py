@@ -15,7 +15,8 @@ late is recreated: a view op made early is repeated as ``<V>@recompute`` on the
 recomputed base, a view without an op gets a new alias, and a view made late is
 re-pointed at the recomputed base.  Names that are taken get a counter
 (``t@recompute2``).  A record that states ``from_op`` moves its tensor's late region to
-start at that op, which must read the tensor after the op that makes it.
+start at that op, which must read the tensor after the op that makes it; ``from_op``
+``@recomputes`` puts it past every op, so only other recomputes read the recompute.
 
 On top of rebuilding it, ``with_recomputes`` checks that the rewrite preserves values:
 a recompute repeats a deterministic, not-in-place op; its outputs replace tensors that
@@ -35,6 +36,8 @@ from mpplan.plan import Plan
 MIN_GAP = 2
 #: The suffix of recompute ops and tensors.
 SUFFIX = "@recompute"
+#: The ``from_op`` of a recompute that no op of the graph reads, only other recomputes.
+RECOMPUTES_ONLY = "@recomputes"
 #: Words of an op type that mark a random kernel: recomputing it would draw other numbers.
 _RANDOM = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "poisson", "exponential")
 
@@ -174,13 +177,16 @@ class _Rewrite:
 
 def _stated_splits(graph: Graph, records: Sequence[Mapping[str, object]]) -> dict[str, int]:
     """Tensor -> the position of the ``from_op`` its record states: an op of ``graph`` after
-    the tensor's producer that reads the tensor (or a view of it)."""
+    the tensor's producer that reads the tensor (or a view of it), or past every op."""
     position = {o.name: k for k, o in enumerate(graph.ops)}
     root = _roots({t.name: t for t in graph.tensors})
     stated = {}
     for r in records:
         start, tensor = r.get("from_op"), str(r.get("tensor"))
         if start is None:
+            continue
+        if start == RECOMPUTES_ONLY:
+            stated[root[tensor]] = len(graph.ops)
             continue
         at = position.get(str(start), -1)
         made = position[str(r.get("op"))]

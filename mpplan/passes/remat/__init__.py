@@ -62,13 +62,14 @@ from mpplan.passes.remat.evaluation import Evaluation, evaluate
 from mpplan.passes.remat.model import MIN_GAP, NEVER, SUFFIX, RematModel, build_model, is_random
 from mpplan.passes.remat.policies import MirrorPlan, mirror_plan, mirror_search, mirror_thresholds, sqrt_checkpoints
 from mpplan.passes.remat.result import RematInfeasibleError, RematResult
-from mpplan.passes.remat.rewriting import apply_recompute, candidate_indices, recomputable, rewrite
+from mpplan.passes.remat.rewriting import RECOMPUTES_ONLY, apply_recompute, candidate_indices, recomputable, rewrite
 
 __all__ = [
     "EXACT_MAX_OPS",
     "MIN_GAP",
     "NEVER",
     "POLICIES",
+    "RECOMPUTES_ONLY",
     "SOLVERS",
     "SUFFIX",
     "Evaluation",

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mpplan.errors import ConfigError
 from mpplan.passes.remat.cutmilp import CutProgram, cut_options
 from mpplan.passes.remat.ilp import available_backend, solve_arrays
 from mpplan.passes.remat.model import NEVER, RematModel
+from mpplan.passes.remat.rewriting import cut_name, cut_positions
 
 __all__ = ["CutChoice", "choice_names", "choice_of_point", "option_of", "solve_cuts", "solve_program", "warm_point"]
 
@@ -46,16 +48,18 @@ def option_of(model: RematModel, names: Sequence[str], from_ops: Mapping[str, st
     """``choice_names``' inverse: candidate -> option for one round of ``apply_recompute``
     (outputs without a cut in ``from_ops`` at the rule's split); ``None`` if none matches."""
     options = cut_options(model)
-    index = {model.graph.ops[k].name: i for i, k in enumerate(model.cand_op)}
-    tensor = model.graph.topology.tensor_index
-    op = model.graph.topology.op_index
+    graph = model.graph
+    index = {graph.ops[k].name: i for i, k in enumerate(model.cand_op)}
     chosen: dict[int, int] = {}
     for name in names:
         i = index.get(name, -1)
         if options is None or i < 0:
             return None
         want = {model.storage_tensor[j]: model.split[j] for j in model.cand_outputs[i] if model.split[j] < NEVER}
-        want.update({tensor[t]: op[o] for t, o in from_ops.items() if tensor.get(t, -1) in want})
+        try:
+            want.update((t, at) for t, at in cut_positions(graph, (name,), from_ops).items() if t in want)
+        except ConfigError:
+            return None  # a cut at no later reader: no option's
         match = [k for k, o in enumerate(options[i]) if dict(o.cuts) == want]
         if not match:
             return None
@@ -105,6 +109,5 @@ def choice_names(model: RematModel, chosen: dict[int, int]) -> tuple[tuple[str, 
     options = cut_options(model) or []
     graph = model.graph
     names = tuple(graph.ops[model.cand_op[i]].name for i in sorted(chosen))
-    from_ops = {graph.tensors[t].name: graph.ops[at].name
-                for i, k in chosen.items() for t, at in options[i][k].cuts}
+    from_ops = {graph.tensors[t].name: cut_name(graph, at) for i, k in chosen.items() for t, at in options[i][k].cuts}
     return names, from_ops

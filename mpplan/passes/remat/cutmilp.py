@@ -5,8 +5,11 @@ recomputed tensor's late region starts (``RematRecord.from_op``).
 fixed; ``mpplan.passes.remat.cuts`` picks cuts by a rule and then runs that search.  Here
 the cut is a decision: for candidate ``i`` an *option* ``o`` fixes, for each output,
 the reader after an idle gap of at least ``MIN_GAP`` steps at which its late region
-starts (outputs without such a gap keep the rule's split), exactly the choices of
-``apply_recompute(graph, ops, from_ops)`` in one round.  The model covers graphs
+starts (outputs without such a gap keep the rule's split), or, for a candidate that
+other candidates read (``link_candidates``), no reader at all: a *chain link* whose
+recompute only later recomputes read (``from_op`` ``RECOMPUTES_ONLY``), so the original is
+not held until them.
+These are exactly the choices of ``apply_recompute(graph, ops, from_ops)`` in one round.  The model covers graphs
 without a backward pass, in-place writes or views (the random layered graphs); others
 get ``None`` from ``cut_options`` and are left to the other solvers.
 
@@ -53,10 +56,15 @@ from mpplan.passes.remat.formulation import MAX_NONZEROS, MAX_Z_VARIABLES
 from mpplan.passes.remat.model import MIN_GAP, NEVER, RematModel, storage_users
 from mpplan.passes.remat.sparse import INF, Expr, SparseMilp, add_into, add_scaled
 
-__all__ = ["MAX_OPTIONS", "CutOption", "CutProgram", "Expr", "cut_options"]
+__all__ = ["MAX_LINKS", "MAX_OPTIONS", "CutOption", "CutProgram", "Expr", "cut_options", "link_candidates"]
 
 #: A candidate with more options than this (a product over many outputs) is not modelled.
 MAX_OPTIONS = 64
+
+#: Chain links are offered to this many candidates, those freeing the most bytes per unit of
+#: cost: a link's anchors are all of its consumers', so links on every candidate grew RL250's
+#: double-drop program tenfold (21 million nonzeros, built in 107 s instead of 6 s).
+MAX_LINKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +85,9 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
     if model.training or any(op.in_place for op in graph.ops) or any(t.alias_of for t in graph.tensors):
         return None
     uses = storage_users(graph)
+    links = link_candidates(model)
     found: list[list[CutOption]] = []
-    for outputs in model.cand_outputs:
+    for i, outputs in enumerate(model.cand_outputs):
         per_output: list[list[tuple[int, int, int, int]]] = []
         for j in outputs:
             u = uses[model.storage_tensor[j]]
@@ -87,6 +96,10 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
         combos = list(itertools.islice(itertools.product(*per_output), MAX_OPTIONS + 1))
         if len(combos) > MAX_OPTIONS:
             return None
+        if i in links and any(late < NEVER for *_, late in combos[0]):
+            # a chain link: every use reads the original, only recomputes read the recompute
+            combos.append(tuple((j, NEVER, model.last[j], NEVER) if late < NEVER else (j, cut, early, late)
+                                for j, cut, early, late in combos[0]))
         found.append([
             CutOption(
                 tuple((model.storage_tensor[j], cut) for j, cut, _, _ in combo if cut >= 0),
@@ -97,6 +110,14 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
         ])
     return found
 
+
+
+def link_candidates(model: RematModel) -> set[int]:
+    """The candidates offered a chain link: of those other candidates read, the ``MAX_LINKS``
+    whose outputs hold the most bytes per unit of cost (a free recompute first)."""
+    read = [i for i in range(model.num_candidates) if model.cand_consumers[i]]
+    freed = {i: sum(model.size[j] for j in model.cand_outputs[i]) for i in read}
+    return set(sorted(read, key=lambda i: (-freed[i] / max(model.cand_cost[i], 1e-9), i))[:MAX_LINKS])
 
 
 class CutProgram(SparseMilp):
@@ -121,6 +142,11 @@ class CutProgram(SparseMilp):
         # per candidate and output storage, each option's last early use (``_original`` reads them per step)
         self._early_last = [{j: [dict(o.early_last)[j] for o in opts] for j in model.cand_outputs[i]}
                             for i, opts in enumerate(options)]
+        # per candidate and output storage with a late use, minus its chain-link options' columns
+        self._links = [{j: links for j in model.cand_outputs[i]
+                        if (links := {self.y_cols[i][k]: -1.0 for k, o in enumerate(opts)
+                                      if dict(o.cuts).get(model.storage_tensor[j]) == NEVER})}
+                       for i, opts in enumerate(options)]
         self.anchors = self._anchor_sets()
         if sum(map(len, self.anchors)) > MAX_Z_VARIABLES:
             self.too_large = True
@@ -131,10 +157,12 @@ class CutProgram(SparseMilp):
         self.built()
 
     def built(self) -> None:
-        """``SparseMilp.built``, and the build's own caches: ``_later``'s and the options' early uses."""
+        """``SparseMilp.built``, and the build's own caches: ``_later``'s, the options' early uses
+        and chain links."""
         super().built()
         self._later_cache.clear()
         self._early_last.clear()
+        self._links.clear()
 
     def _column(self, cost: float, integer: bool = False) -> int:
         return self.column(cost, 0.0, 1.0, integer)
@@ -146,8 +174,8 @@ class CutProgram(SparseMilp):
             if not self.options[i]:
                 continue  # never recomputed (a neighbourhood's fixed candidate): no anchor variables
             own = {o.first_late for o in self.options[i] if o.first_late < NEVER}
-            latest = max(own, default=-1)
-            below = {a for c in model.cand_consumers[i] for a in anchors[c] if a < latest or not own}
+            latest = NEVER if any(o.first_late == NEVER for o in self.options[i]) else max(own, default=-1)
+            below = {a for c in model.cand_consumers[i] for a in anchors[c] if a < latest}
             anchors[i] = sorted(own | below)
         return anchors
 
@@ -286,11 +314,14 @@ class CutProgram(SparseMilp):
         started = self.z(i, p if q is None or i <= q else p - 1)
         if not started:
             return None
-        if p <= model.late_last[j]:
+        links = self._links[i].get(j, {})
+        if p <= model.late_last[j] and not links:
             return [(started, 0.0)]
         (column,) = started
         bounds = [(self._later(h, p, q is None or h < q, started=column), -1.0) for h in model.readers[j]
                   if self.anchors[h]]
+        if p <= model.late_last[j]:  # live to a late use unless the option chosen is a chain link
+            bounds.append((add_scaled(started, links), 0.0))
         if q == i:  # its own step, read by nothing late (only chained recomputes read it)
             bounds.append((add_scaled(self.z(i, p), self.z(i, p - 1), scale=-1.0), 0.0))
         return bounds or None

@@ -40,6 +40,7 @@ from mpplan.passes.remat.cutmilp import CutOption, CutProgram, cut_options
 from mpplan.passes.remat.cutmulti import Drop, joint_names
 from mpplan.passes.remat.formulation import MAX_NONZEROS
 from mpplan.passes.remat.model import MIN_GAP, RematModel, storage_users
+from mpplan.passes.remat.rewriting import cut_name
 from mpplan.passes.remat.sparse import Expr, add_scaled
 
 __all__ = ["Double", "DoubleProgram", "double_names", "double_program", "doubles_of", "neighbours"]
@@ -161,7 +162,7 @@ def double_names(model: RematModel, program: DoubleProgram,
             drops.append(Drop(op.name, op.outputs[0], ops[d.b1].name, ops[d.b2].name))
             continue
         names.append(op.name)
-        from_ops.update({graph.tensors[t].name: ops[at].name for t, at in program.options[i][k].cuts})
+        from_ops.update({graph.tensors[t].name: cut_name(graph, at) for t, at in program.options[i][k].cuts})
     return joint_names(drops, names, from_ops)
 
 

@@ -30,7 +30,7 @@ from mpplan.passes.remat.cutexact import choice_names, option_of
 from mpplan.passes.remat.cutmilp import CutOption, cut_options
 from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
-from mpplan.passes.remat.model import RematModel, storage_index
+from mpplan.passes.remat.model import NEVER, RematModel, storage_index
 
 __all__ = ["OVERSPEND", "TOP_MOVES", "Improve", "choice_cost", "improve_answer", "improve_cuts", "search_cuts",
            "with_cuts"]
@@ -58,16 +58,18 @@ def with_cuts(model: RematModel, options: list[list[CutOption]], chosen: Mapping
     ``storage_index(model)``, when the caller keeps it."""
     index = storage_index(model) if index is None else index
     split, early, late_first = list(model.split), list(model.early_last), list(model.late_first)
-    first_late = list(model.cand_first_late)
+    late_last, first_late = list(model.late_last), list(model.cand_first_late)
     for i, k in chosen.items():
         option = options[i][k]
         for j, e in option.early_last:
             early[j] = e
         for t, cut in option.cuts:
             split[index[t]] = late_first[index[t]] = cut
+            if cut == NEVER:  # a chain link: no use is late
+                late_last[index[t]] = -1
         first_late[i] = option.first_late
     return dataclasses.replace(model, split=tuple(split), early_last=tuple(early), late_first=tuple(late_first),
-                               cand_first_late=tuple(first_late))
+                               late_last=tuple(late_last), cand_first_late=tuple(first_late))
 
 
 def improve_cuts(model: RematModel, options: list[list[CutOption]], start: Mapping[int, int], limit: int,

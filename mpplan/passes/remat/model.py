@@ -17,7 +17,8 @@ recompute runs once, right before the first late consumer of its outputs; when t
 consumer is itself a recompute (a chain, as in Chen's segments) it runs right before
 that one, and recomputes placed before the same op run in their forward order.  A
 solver may instead name where a tensor's late region starts (``build_model``'s
-``cuts``; ``from_op`` of the plan's record): any of its uses after its producer.  A
+``cuts``; ``from_op`` of the plan's record): any of its uses after its producer, or
+``NEVER`` (``rewriting.RECOMPUTES_ONLY``): only recomputes read the recompute (a chain link).  A
 recompute reads its inputs as they are then: kept tensors (whose lives it extends),
 static tensors, or the outputs of earlier recomputes.
 

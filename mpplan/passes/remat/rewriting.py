@@ -8,9 +8,13 @@ from collections.abc import Iterable, Mapping
 from mpplan.errors import ConfigError
 from mpplan.graph import Graph, Op, Tensor
 from mpplan.passes.remat.evaluation import Evaluation, evaluate
-from mpplan.passes.remat.model import SUFFIX, RematModel, build_model, storage_index
+from mpplan.passes.remat.model import NEVER, SUFFIX, RematModel, build_model, storage_index
 
-__all__ = ["apply_recompute", "candidate_indices", "cut_positions", "recomputable", "repeated_op", "rewrite"]
+__all__ = ["RECOMPUTES_ONLY", "apply_recompute", "candidate_indices", "cut_name", "cut_positions", "recomputable",
+           "repeated_op", "rewrite"]
+
+#: The cut point (``from_op``) past every op: only recomputes read the recompute (a chain link).
+RECOMPUTES_ONLY = "@recomputes"
 
 
 def recomputable(graph: Graph) -> tuple[str, ...]:
@@ -25,7 +29,8 @@ def apply_recompute(graph: Graph, ops: Iterable[str], from_ops: Mapping[str, str
     made (``F@recompute``) is then recomputed again, in a round of its own on the
     rewritten graph (several recomputes of one tensor), and so on.  ``from_ops`` maps a
     tensor a round recomputes to the op of that round's graph its late region starts at
-    (``cut_positions``); other tensors split where the model's rule says.  Names that
+    (``cut_positions``; ``RECOMPUTES_ONLY``: only recomputes of the round read its
+    recompute); other tensors split where the model's rule says.  Names that
     are not recomputable in their round raise ``ConfigError``; ops no late use needs are
     left alone.
     """
@@ -47,8 +52,8 @@ def apply_recompute(graph: Graph, ops: Iterable[str], from_ops: Mapping[str, str
 
 def cut_positions(graph: Graph, ops: Iterable[str], from_ops: Mapping[str, str]) -> dict[int, int]:
     """Tensor id -> position of its ``from_ops`` op, for the outputs of the ops named in
-    ``ops``; ``ConfigError`` when that op is not in ``graph`` or does not read the tensor
-    after its producer (a late region starts at a use)."""
+    ``ops`` (``NEVER`` for ``RECOMPUTES_ONLY``); ``ConfigError`` when that op is not in
+    ``graph`` or does not read the tensor after its producer (a late region starts at a use)."""
     topo = graph.topology
     cuts: dict[int, int] = {}
     for name in ops:
@@ -57,12 +62,17 @@ def cut_positions(graph: Graph, ops: Iterable[str], from_ops: Mapping[str, str])
             start = from_ops.get(out)
             if start is None:
                 continue
-            at = topo.op_index.get(start, -1)
             t = topo.tensor_index[out]
-            if at <= k or topo.storage_of[t] not in {topo.storage_of[u] for u in topo.op_inputs[at]}:
+            at = NEVER if start == RECOMPUTES_ONLY else topo.op_index.get(start, -1)
+            if at < NEVER and (at <= k or topo.storage_of[t] not in {topo.storage_of[u] for u in topo.op_inputs[at]}):
                 raise ConfigError(f"remat: tensor {out!r}: from_op {start!r} is no later reader of it")
             cuts[topo.storage_of[t]] = at
     return cuts
+
+
+def cut_name(graph: Graph, at: int) -> str:
+    """``cut_positions``' inverse for one cut: the name of op ``at``, ``RECOMPUTES_ONLY`` for ``NEVER``."""
+    return RECOMPUTES_ONLY if at == NEVER else graph.ops[at].name
 
 
 def repeated_op(name: str) -> str:
