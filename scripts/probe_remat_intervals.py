@@ -347,6 +347,7 @@ def main() -> None:
         print(f"CP-SAT: no answer in {time.perf_counter() - clock:.1f}s", flush=True)
         return
     found = solved[0]
+    print(f"CP-SAT: {'optimal for the model' if solved[1] else 'time limit, not proved optimal'}", flush=True)
     late = dataclasses.replace(lazy(found), rounds=True)  # in the order apply_recompute would run it
     for label, answer in (("as found", found), ("lazy", late)):
         sequence = rebuilt(graph, answer)

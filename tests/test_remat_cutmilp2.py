@@ -41,6 +41,7 @@ def milp2_cost(graph: Graph, budget: int, links: bool = True) -> float | None:
     options = cut_options_of(model)
     assert options is not None
     program = DoubleProgram(model, options if links else unlinked(options), budget - model.static_bytes)
+    assert not program.too_large
     found = solve_program(program, 20.0)
     if found is None:
         return None

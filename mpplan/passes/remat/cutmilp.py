@@ -5,11 +5,11 @@ recomputed tensor's late region starts (``RematRecord.from_op``).
 fixed; ``mpplan.passes.remat.cuts`` picks cuts by a rule and then runs that search.  Here
 the cut is a decision: for candidate ``i`` an *option* ``o`` fixes, for each output,
 the reader after an idle gap of at least ``MIN_GAP`` steps at which its late region
-starts (outputs without such a gap keep the rule's split), or, for a candidate that
-other candidates read (``link_candidates``), no reader at all: a *chain link* whose
-recompute only later recomputes read (``from_op`` ``RECOMPUTES_ONLY``), so the original is
-not held until them.
-These are exactly the choices of ``apply_recompute(graph, ops, from_ops)`` in one round.  The model covers graphs
+starts (outputs without such a gap keep the rule's split), or, for the few candidates
+``link_candidates`` names, no reader at all: a *chain link* whose recompute only later
+recomputes read (``from_op`` ``RECOMPUTES_ONLY``), so the original is not held until them.
+These are the choices of ``apply_recompute(graph, ops, from_ops)`` in one round (chain
+links for those candidates only).  The model covers graphs
 without a backward pass, in-place writes or views (the random layered graphs); others
 get ``None`` from ``cut_options`` and are left to the other solvers.
 
@@ -18,7 +18,8 @@ Variables:
 * ``y_{i,o}`` (binary): recompute ``i`` cut at option ``o``; ``r_i = sum_o y_{i,o} <= 1``;
   objective ``sum cost_i r_i``.
 * ``Z_{i,a}`` for ``a`` in ``A_i`` (the first late uses of ``i``'s options and the anchors
-  of its candidate consumers below them): ``i``'s recompute has run by op ``a``
+  of its candidate consumers below them, all of them when ``i`` may be a chain link):
+  ``i``'s recompute has run by op ``a``
   (``Z_{i,p}`` := ``Z`` at the largest anchor ``<= p``, 0 below the first).  It runs
   before the first late use of its option or the first chosen consumer recompute,
   whichever comes first::
@@ -32,9 +33,9 @@ Variables:
   does not run before ``q``).  Storage ``j`` of candidate ``i``: its original lives
   from its producer through ``1 - sum_{o: early_last_{j,o} < p} y_{i,o}`` while
   ``p <= last_j``, and after that while ``i`` is kept and a reading recompute is to
-  come; its recompute from ``i``'s step through its last use and any later reading
-  recompute (an output nobody reads late, its op's other output, lives for ``i``'s
-  step alone, as ``apply_recompute`` re-makes it).  Auxiliaries take the "or" of those
+  come; its recompute from ``i``'s step through its last use (not for a chain link) and
+  any later reading recompute (an output nobody reads late, its op's other output, lives
+  for ``i``'s step alone, as ``apply_recompute`` re-makes it).  Auxiliaries take the "or" of those
   lower bounds.
 * Rows: ``sum size_j live_j <= budget`` at every op and, relaxed by ``M (1 - x)`` when the
   recompute ``q`` does not run before ``p`` (``x = Z_{q,p} - Z_{q,p-1}``), at every
@@ -96,7 +97,7 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
         combos = list(itertools.islice(itertools.product(*per_output), MAX_OPTIONS + 1))
         if len(combos) > MAX_OPTIONS:
             return None
-        if i in links and any(late < NEVER for *_, late in combos[0]):
+        if i in links:
             # a chain link: every use reads the original, only recomputes read the recompute
             combos.append(tuple((j, NEVER, model.last[j], NEVER) if late < NEVER else (j, cut, early, late)
                                 for j, cut, early, late in combos[0]))
@@ -113,9 +114,11 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
 
 
 def link_candidates(model: RematModel) -> set[int]:
-    """The candidates offered a chain link: of those other candidates read, the ``MAX_LINKS``
-    whose outputs hold the most bytes per unit of cost (a free recompute first)."""
-    read = [i for i in range(model.num_candidates) if model.cand_consumers[i]]
+    """The candidates offered a chain link: of those other candidates read and with an output
+    read late, the ``MAX_LINKS`` whose outputs hold the most bytes per unit of cost (a free
+    recompute first)."""
+    read = [i for i in range(model.num_candidates)
+            if model.cand_consumers[i] and any(model.split[j] < NEVER for j in model.cand_outputs[i])]
     freed = {i: sum(model.size[j] for j in model.cand_outputs[i]) for i in read}
     return set(sorted(read, key=lambda i: (-freed[i] / max(model.cand_cost[i], 1e-9), i))[:MAX_LINKS])
 
