@@ -21,9 +21,12 @@ when it is one round, and prints its overhead (``solver: auto`` runs it in the l
 MILP (``mpplan.passes.remat.cutlns2``) from the cell's answer, or from the double-drop search's
 when ``--multi`` ran and found one, for that long, building the whole MILP past
 ``formulation.MAX_NONZEROS``, and prints its overhead, the build's seconds and when it found it.
+``--own`` then plans the graph in mpplan's own order (``schedule: auto``, no recompute) and runs
+the same ``remat`` call on that order at the cell's budget in bytes, ``static + LOAD`` bounded as
+in the cell: the issue's "with mpplan's own order" beside the given order.
 
 Rerun: ``python scripts/bench_remat_moccasin.py [--sizes 250,1000] [--fractions 0.9,0.8] [--time-limit 60]
-[--milp 60] [--lns 120] [--multi 60] [--lns2 150] [--local 120]``.
+[--milp 60] [--lns 120] [--multi 60] [--lns2 150] [--local 120] [--own]``.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from benchlib import SHARED_DATA
 
 from mpplan import sim
 from mpplan.capture.graph_file import load_graph
+from mpplan.config import Device
 from mpplan.errors import InfeasibleError
-from mpplan.graph import Graph
+from mpplan.graph import Graph, reordered
 from mpplan.passes.remat import apply_recompute, build_model, remat
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts
 from mpplan.passes.remat.cutlns import lns_cuts
@@ -51,6 +55,7 @@ from mpplan.passes.remat.cuts import CutFit
 from mpplan.passes.remat.model import SUFFIX, RematModel
 from mpplan.passes.remat.result import RematResult
 from mpplan.passes.remat.rewriting import repeated_op
+from mpplan.planner import PlannerSettings, plan
 
 
 def main() -> None:
@@ -66,6 +71,8 @@ def main() -> None:
                         help="seconds for the double-drop MILP's LNS after each cell (0: none)")
     parser.add_argument("--local", type=float, default=0.0,
                         help="seconds for the neighbourhood LNS after each cell (0: none)")
+    parser.add_argument("--own", action="store_true",
+                        help="also each cell in mpplan's own order (the planner's schedule), the same budget in bytes")
     args = parser.parse_args()
     for size in args.sizes.split(","):
         (path,) = SHARED_DATA.glob(f"random_layered_n{size}_*.json")
@@ -77,7 +84,7 @@ def main() -> None:
             except InfeasibleError as exc:
                 print(f"RL{size} {fraction}: refused after {time.perf_counter() - clock:.1f}s: {exc}", flush=True)
                 continue
-            print(f"RL{size} {fraction}: {100 * r.compute_overhead:.2f}% peak "
+            print(f"RL{size} {fraction}: {100 * r.compute_overhead:.3f}% peak "
                   f"{r.peak_bytes / r.baseline_peak_bytes:.3f} {r.solver} {time.perf_counter() - clock:.1f}s "
                   f"recomputes {len(r.recompute_ops)} cuts {len(r.from_ops)}", flush=True)
             if args.milp > 0:
@@ -92,6 +99,24 @@ def main() -> None:
                 print(f"  double drops: {line}", flush=True)
             if args.lns2 > 0:
                 print(f"  double-drop LNS: {lns2_line(graph, r, multi, args.lns2)}", flush=True)
+            if args.own:
+                print(f"  own order: {own_line(graph, r.budget_bytes, args.time_limit)}", flush=True)
+
+
+def own_line(graph: Graph, budget: int | None, time_limit_s: float) -> str:
+    """The cell in the planner's own order (its schedule without recomputes), ``static + LOAD``
+    bounded by the same ``budget`` bytes: nothing recomputed when the order alone fits."""
+    assert budget is not None
+    made = plan(graph, [Device("cuda:0", 1 << 40)], PlannerSettings(schedule="auto"))
+    index = {op.name: k for k, op in enumerate(graph.ops)}
+    order = [index[name] for name in made.schedule]
+    own = reordered(graph, order, [graph.ops[k] for k in order])
+    if sim.given_peak(own) <= budget:
+        return f"fits alone, peak {sim.given_peak(own) / budget:.3f} of the budget"
+    clock = time.perf_counter()
+    r = remat(own, "budget", budget=budget, solver="auto", time_limit_s=time_limit_s)
+    return (f"{100 * r.compute_overhead:.3f}% {r.solver} {time.perf_counter() - clock:.1f}s (no-remat peak "
+            f"{sim.given_peak(own) / budget:.3f} of the budget)")
 
 
 def one_round(model: RematModel, r: RematResult) -> dict[int, int] | None:
