@@ -112,7 +112,6 @@ def cut_options(model: RematModel) -> list[list[CutOption]] | None:
     return found
 
 
-
 def link_candidates(model: RematModel) -> set[int]:
     """The candidates offered a chain link: of those other candidates read and with an output
     read late, the ``MAX_LINKS`` whose outputs hold the most bytes per unit of cost (a free
