@@ -111,12 +111,13 @@ def own_line(graph: Graph, budget: int | None, time_limit_s: float) -> str:
     index = {op.name: k for k, op in enumerate(graph.ops)}
     order = [index[name] for name in made.schedule]
     own = reordered(graph, order, [graph.ops[k] for k in order])
-    if sim.given_peak(own) <= budget:
-        return f"fits alone, peak {sim.given_peak(own) / budget:.3f} of the budget"
+    alone = sim.given_peak(own) / budget
+    if alone <= 1:
+        return f"fits alone, peak {alone:.3f} of the budget"
     clock = time.perf_counter()
     r = remat(own, "budget", budget=budget, solver="auto", time_limit_s=time_limit_s)
     return (f"{100 * r.compute_overhead:.3f}% {r.solver} {time.perf_counter() - clock:.1f}s (no-remat peak "
-            f"{sim.given_peak(own) / budget:.3f} of the budget)")
+            f"{alone:.3f} of the budget)")
 
 
 def one_round(model: RematModel, r: RematResult) -> dict[int, int] | None:

@@ -159,14 +159,18 @@ def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Prog
                             cp.add_implication(x, ~present[u, later])
                 options.append(x)
             cp.add_bool_or(options).only_enforce_if(present[v, j])
-    for (u, i), p in present.items():  # a recompute serves a read: with rounds, a second one an original op's
-        if i:
-            served = [x for ((_, j), w, c), x in reads.items() if (w, c) == (u, i)]
-            cp.add_bool_or(served).only_enforce_if(p)
-        cut_needed = p if i == 2 else present.get((u, 2)) if i == 1 else None  # a link: dropped once
-        if rounds and cut_needed is not None:  # then it serves an original op too: its cut point
-            cp.add_bool_or([x for ((_, j), w, c), x in reads.items() if (w, c) == (u, i) and j == 0]).only_enforce_if(
-                cut_needed)
+    served: dict[Copy, list[tuple[int, cp_model.IntVar]]] = {}  # per recompute, (reader's copy, read)
+    for ((_, j), u, i), x in reads.items():
+        served.setdefault((u, i), []).append((j, x))
+    for (u, i), p in present.items():  # a recompute serves a read
+        if not i:
+            continue
+        cp.add_bool_or([x for _, x in served.get((u, i), [])]).only_enforce_if(p)
+        # with rounds, an original op's too (its cut point): a second recompute always, a first
+        # one when its tensor is dropped twice (else it may be a chain link)
+        cut_needed = p if i == 2 else present.get((u, 2))
+        if rounds and cut_needed is not None:
+            cp.add_bool_or([x for j, x in served.get((u, i), []) if j == 0]).only_enforce_if(cut_needed)
     cp.add_cumulative(intervals, sizes, capacity)
     cp.minimize(sum(round(graph.ops[q].cost) * p for (q, c), p in present.items() if c))
     return Program(cp, present, stage, start, end, length, reads, rounds)

@@ -14,7 +14,7 @@ from test_remat import training_graphs
 from test_remat_cuts import gapped_graphs, least_cut_cost, peak, planned_with, uneven
 
 from mpplan.graph import Graph, Kind, Op, Tensor
-from mpplan.passes.remat import NEVER, RECOMPUTES_ONLY, apply_recompute, build_model
+from mpplan.passes.remat import RECOMPUTES_ONLY, apply_recompute, build_model
 from mpplan.passes.remat.result import result_of
 from mpplan.passes.remat.cutexact import choice_names, option_of, solve_cuts, solve_program, warm_point
 from mpplan.passes.remat.cutmilp import CutOption, CutProgram, cut_options
@@ -63,7 +63,7 @@ def small_dags(draw: st.DrawFn) -> Graph:
 
 def unlinked(options: list[list[CutOption]]) -> list[list[CutOption]]:
     """``options`` less every chain link (``RECOMPUTES_ONLY``): the family before links."""
-    return [[o for o in opts if o.first_late < NEVER] or opts for opts in options]
+    return [[o for o in opts if not o.is_link] for opts in options]
 
 
 def test_the_milp_cuts_uneven_at_the_shorter_gap_and_refuses_under_it() -> None:
@@ -126,7 +126,7 @@ def test_the_milp_holds_any_choice_at_its_real_peak_and_not_a_byte_under(graph: 
     assert options is not None
     chosen = {}
     for i, opts in enumerate(options):
-        links = [k for k, o in enumerate(opts) if NEVER in dict(o.cuts).values()]
+        links = [k for k, o in enumerate(opts) if o.is_link]
         pick = data.draw(st.sampled_from([None, *range(len(opts)), *links]))
         if pick is not None:
             chosen[i] = pick

@@ -209,7 +209,7 @@ def cut_options(graph: Graph, op: str) -> list[dict[str, str]]:
                   and storage in {topo.storage_of[t] for t in topo.op_inputs[b]}]
         per_output.append([(out, graph.ops[b].name) for b in starts] or [None])
     placements = [dict(x for x in combo if x is not None) for combo in itertools.product(*per_output)]
-    link = {x[0]: RECOMPUTES_ONLY for x, *_ in per_output if x is not None}
+    link = {first[0]: RECOMPUTES_ONLY for first, *_ in per_output if first is not None}  # every output with a gap
     return placements + [link] if link else placements
 
 

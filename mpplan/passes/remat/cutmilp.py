@@ -78,6 +78,11 @@ class CutOption:
     early_last: tuple[tuple[int, int], ...]
     first_late: int
 
+    @property
+    def is_link(self) -> bool:
+        """Whether it is a chain link: its outputs' late regions start past every op."""
+        return any(cut == NEVER for _, cut in self.cuts)
+
 
 def cut_options(model: RematModel) -> list[list[CutOption]] | None:
     """Every candidate's options, or ``None`` when the graph is outside the model (a
@@ -144,10 +149,8 @@ class CutProgram(SparseMilp):
         # per candidate and output storage, each option's last early use (``_original`` reads them per step)
         self._early_last = [{j: [dict(o.early_last)[j] for o in opts] for j in model.cand_outputs[i]}
                             for i, opts in enumerate(options)]
-        # per candidate and output storage with a late use, minus its chain-link options' columns
-        self._links = [{j: links for j in model.cand_outputs[i]
-                        if (links := {self.y_cols[i][k]: -1.0 for k, o in enumerate(opts)
-                                      if dict(o.cuts).get(model.storage_tensor[j]) == NEVER})}
+        # per candidate, minus its chain-link options' columns (a link cuts every output read late)
+        self._links = [{self.y_cols[i][k]: -1.0 for k, o in enumerate(opts) if o.is_link}
                        for i, opts in enumerate(options)]
         self.anchors = self._anchor_sets()
         if sum(map(len, self.anchors)) > MAX_Z_VARIABLES:
@@ -316,7 +319,7 @@ class CutProgram(SparseMilp):
         started = self.z(i, p if q is None or i <= q else p - 1)
         if not started:
             return None
-        links = self._links[i].get(j, {})
+        links = self._links[i]
         if p <= model.late_last[j] and not links:
             return [(started, 0.0)]
         (column,) = started
