@@ -40,7 +40,6 @@ from probe_remat_doubles import add_cell_arguments, auto_cell, verified_cost
 from mpplan import sim
 from mpplan.graph import Graph, Kind, Op
 from mpplan.passes.remat.model import NEVER, SUFFIX
-from mpplan.passes.remat.rewriting import RECOMPUTES_ONLY
 
 #: A copy of an op's output: (op position, copy number; 0 is the original).
 Copy = tuple[int, int]
@@ -108,11 +107,10 @@ def slot(n: int, stage: Any, position: int, copy: int, rounds: bool = True, firs
 def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Program:
     """The interval model of ``graph`` holding at most ``capacity`` bytes (module docstring).
     ``rounds`` keeps to answers ``as_rounds`` expresses: every recompute serves an original op
-    (its cut point) or, a first recompute of a tensor dropped once, only other recomputes (a
-    chain link, ``RECOMPUTES_ONLY``), a second recompute serves no first one, and a recompute
-    reads its input's latest recompute of the same round or an earlier one, made before it or
-    not (as ``apply_recompute`` re-points it); without it, any recompute may serve only other
-    recomputes and read any copy held."""
+    (its cut point), a second recompute serves no first one, and a recompute reads its input's
+    latest recompute of the same round or an earlier one, made before it or not (as
+    ``apply_recompute`` re-points it); without it, a recompute may serve only other recomputes
+    (a chain that ``apply_recompute``'s cut points cannot say) and read any copy held."""
     assert copies in (2, 3), "the grid has bands for two recomputes per tensor"
     n = len(graph.ops)
     preds = inputs_of(graph)
@@ -159,18 +157,10 @@ def build(graph: Graph, capacity: int, copies: int, rounds: bool = True) -> Prog
                             cp.add_implication(x, ~present[u, later])
                 options.append(x)
             cp.add_bool_or(options).only_enforce_if(present[v, j])
-    served: dict[Copy, list[tuple[int, cp_model.IntVar]]] = {}  # per recompute, (reader's copy, read)
-    for ((_, j), u, i), x in reads.items():
-        served.setdefault((u, i), []).append((j, x))
-    for (u, i), p in present.items():  # a recompute serves a read
-        if not i:
-            continue
-        cp.add_bool_or([x for _, x in served.get((u, i), [])]).only_enforce_if(p)
-        # with rounds, an original op's too (its cut point): a second recompute always, a first
-        # one when its tensor is dropped twice (else it may be a chain link)
-        cut_needed = p if i == 2 else present.get((u, 2))
-        if rounds and cut_needed is not None:
-            cp.add_bool_or([x for j, x in served.get((u, i), []) if j == 0]).only_enforce_if(cut_needed)
+    for (u, i), p in present.items():  # a recompute serves a read: with rounds, an original op's (its cut point)
+        if i:
+            served = [x for ((_, j), w, c), x in reads.items() if (w, c) == (u, i) and (j == 0 or not rounds)]
+            cp.add_bool_or(served).only_enforce_if(p)
     cp.add_cumulative(intervals, sizes, capacity)
     cp.minimize(sum(round(graph.ops[q].cost) * p for (q, c), p in present.items() if c))
     return Program(cp, present, stage, start, end, length, reads, rounds)
@@ -297,10 +287,10 @@ def rebuilt(graph: Graph, answer: Answer) -> Graph:
 
 def outside_rounds(answer: Answer) -> list[Copy]:
     """The recomputes that keep ``as_rounds`` from expressing a lazy ``answer``: those serving
-    no original op (no cut point) but a chain link's (a first recompute of a tensor dropped
-    once), and those reading another copy than ``apply_recompute`` points them at (their
-    input's latest recompute of their round or before, or its second one once past that one's cut)."""
-    blocking = {(q, c) for q, c in answer.stage.keys() - cut_points(answer).keys() if c == 2 or (q, 2) in answer.stage}
+    no original op (no cut point), and those reading another copy than ``apply_recompute``
+    points them at (their input's latest recompute of their round or before, or its second one
+    once past that one's cut)."""
+    blocking = answer.stage.keys() - cut_points(answer).keys()
     cut = second_cuts(answer)
     for ((v, j), u), i in answer.serves.items():
         if j:
@@ -314,14 +304,13 @@ def outside_rounds(answer: Answer) -> list[Copy]:
 def as_rounds(graph: Graph, answer: Answer) -> tuple[list[str], dict[str, str]]:
     """A lazy ``answer`` (up to three copies) as ``apply_recompute``'s names and cut points:
     first recomputes in round one, second ones in round two (``F@recompute`` again), each cut
-    at the first original op it serves, or a chain link (``RECOMPUTES_ONLY``) where it serves
-    none (``outside_rounds`` empty)."""
+    at the first original op it serves (``build`` makes each serve one)."""
     first = cut_points(answer)
     names, from_ops = [], {}
     for q, c in sorted(answer.stage, key=lambda key: key[1]):
         op = graph.ops[q]
         names.append(op.name + SUFFIX * (c - 1))
-        from_ops[op.outputs[0] + SUFFIX * (c - 1)] = graph.ops[first[q, c]].name if (q, c) in first else RECOMPUTES_ONLY
+        from_ops[op.outputs[0] + SUFFIX * (c - 1)] = graph.ops[first[q, c]].name
     return names, from_ops
 
 
